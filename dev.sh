@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# rlkit's set-up and entry commands. Everything installs into ./.venv.
+#
+#   ./dev.sh demo      install everything, then run the main job
+#   ./dev.sh test      install everything, then run the whole test suite
+#   ./dev.sh install   install only
+#
+# torch: the CPU build by default (RLKIT_TORCH="torch==2.13.0"). On a GPU machine, install
+# the CUDA build first (see README) and set RLKIT_TORCH="torch" so pip keeps it.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3}
+VENV=${RLKIT_VENV:-.venv}
+TORCH_SPEC=${RLKIT_TORCH:-torch==2.13.0}
+PACKAGES=(-e ".[test]" -e plugins/rlkit_methods -e plugins/rlkit_accelerate -e plugins/rlkit_nemo)
+
+install() {
+    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+    # torch on the same line as everything that depends on it, so pip never swaps it out
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC" "${PACKAGES[@]}"
+}
+
+demo() {
+    # Until the trainers land, the main job checks the installation and a config.
+    "$VENV/bin/rlkit" plugins
+    "$VENV/bin/rlkit" config validate examples/randomwalks/ppo_randomwalks.yml
+}
+
+run_tests() {
+    "$VENV/bin/python" -m pytest -q tests "$@"
+}
+
+case "${1:-}" in
+    demo) install; demo ;;
+    test) shift; install; run_tests "$@" ;;
+    install) install ;;
+    *) echo "usage: ./dev.sh demo|test|install" >&2; exit 2 ;;
+esac

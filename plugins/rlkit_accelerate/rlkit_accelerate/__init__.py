@@ -1,0 +1,1 @@
+"""rlkit-accelerate: trainers on HF transformers + accelerate (DDP, DeepSpeed, FSDP)."""

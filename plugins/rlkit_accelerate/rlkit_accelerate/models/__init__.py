@@ -1,0 +1,46 @@
+"""Model wrappers for the accelerate trainers: pure transformers/torch modules.
+
+- ``CausalLMWithValueHead``: PPO policy with value head/branch and an exact reference model.
+- ``CausalLMWithILQLHeads``: ILQL heads (V, Q, target Q) and Q-guided generation.
+- ``find_layout``: decoder blocks, final norm and LM head of any causal LM, found by structure.
+- ``load_causal_lm``: a model from a folder, hub id, config or model.
+"""
+
+from rlkit_accelerate.models.blocks import (
+    BranchInput,
+    DecoderLayout,
+    find_decoder_blocks,
+    find_layout,
+    position_ids_from_mask,
+    run_blocks,
+    run_post,
+    run_trunk,
+)
+from rlkit_accelerate.models.heads import Branch, freeze_trunk, hydra_reference, make_head
+from rlkit_accelerate.models.ilql_heads import CausalLMWithILQLHeads, ILQLHeads, ILQLOutput
+from rlkit_accelerate.models.loading import load_causal_lm, load_heads, load_saved_heads, save_heads
+from rlkit_accelerate.models.policy import CausalLMWithValueHead, PolicyOutput
+
+__all__ = [
+    "Branch",
+    "BranchInput",
+    "CausalLMWithILQLHeads",
+    "CausalLMWithValueHead",
+    "DecoderLayout",
+    "ILQLHeads",
+    "ILQLOutput",
+    "PolicyOutput",
+    "find_decoder_blocks",
+    "find_layout",
+    "freeze_trunk",
+    "hydra_reference",
+    "load_causal_lm",
+    "load_heads",
+    "load_saved_heads",
+    "make_head",
+    "position_ids_from_mask",
+    "run_blocks",
+    "run_post",
+    "run_trunk",
+    "save_heads",
+]

@@ -1,0 +1,192 @@
+"""The PPO policy: a causal LM with a value head, a value branch and a reference model.
+
+Layout for ``L`` blocks, ``k = num_layers_unfrozen``, ``nv = num_value_layers_unfrozen``::
+
+    trunk (frozen when k >= 0)    blocks[:b]             b = L - max(k or L if k == -1, nv)
+    policy top                    blocks[b:] -> final norm -> LM head      -> logits
+    value                         final hidden -> v_head                    (nv == 0)
+                                  copy(blocks[L-nv:]) -> copy(norm) -> v_head (nv > 0)
+    reference, k >= 0 (hydra)     blocks[b:L-k] (frozen, shared) -> copy(blocks[L-k:])
+                                  -> copy(norm) -> copy(head)
+    reference, k == -1            a frozen deep copy of the whole model
+
+Every copy is taken at construction, so at step 0 the reference computes exactly the policy's
+logits (trlX's ``-1`` reloaded weights from ``model_path``, which differed for a config).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlkit_core.errors import ConfigError
+from rlkit_accelerate.models.blocks import (
+    BranchInput,
+    find_layout,
+    position_ids_from_mask,
+    run_blocks,
+    run_post,
+    run_trunk,
+)
+from rlkit_accelerate.models.heads import Branch, freeze_trunk, hydra_reference, make_head
+from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads
+
+
+@dataclass
+class PolicyOutput:
+    logits: torch.Tensor  # [B, T, V]
+    values: torch.Tensor  # [B, T]
+    hidden_states: torch.Tensor | None = None  # [B, T, H], the LM head's input
+
+
+def check_unfrozen(name: str, value: int, num_blocks: int, allow_all: bool) -> None:
+    low = -1 if allow_all else 0
+    if not low <= value <= num_blocks:
+        what = "-1 (all) or " if allow_all else ""
+        raise ConfigError(
+            f"model.{name}: {value} is out of range; use {what}0..{num_blocks} (the model has {num_blocks} blocks)"
+        )
+
+
+class CausalLMWithValueHead(nn.Module):
+    """PPO policy. Call it (``forward``) for training so DDP sees the pass; call
+    ``forward_trunk`` once per batch and pass ``trunk=`` to share it between the policy and
+    ``forward_reference``."""
+
+    heads_file = "value_head.safetensors"
+
+    def __init__(
+        self, base_model: nn.Module, *, num_layers_unfrozen: int = -1, num_value_layers_unfrozen: int = 0
+    ):
+        super().__init__()
+        layout = find_layout(base_model)
+        num_blocks = layout.num_blocks
+        check_unfrozen("num_layers_unfrozen", num_layers_unfrozen, num_blocks, allow_all=True)
+        check_unfrozen("num_value_layers_unfrozen", num_value_layers_unfrozen, num_blocks, allow_all=False)
+        self.base_model = base_model
+        self.layout = layout  # plain attribute: references base_model's own modules
+        self.num_layers_unfrozen = num_layers_unfrozen
+        self.num_value_layers_unfrozen = num_value_layers_unfrozen
+        trainable_top = num_blocks if num_layers_unfrozen < 0 else num_layers_unfrozen
+        self.branch_index = num_blocks - max(trainable_top, num_value_layers_unfrozen)
+
+        if num_layers_unfrozen < 0:
+            self.reference = copy.deepcopy(base_model).requires_grad_(False).eval()
+        else:
+            self.reference = hydra_reference(layout, num_layers_unfrozen)
+        freeze_trunk(base_model, layout, num_layers_unfrozen)
+        self.value_branch = None
+        if num_value_layers_unfrozen:
+            self.value_branch = Branch(layout, num_value_layers_unfrozen, None, frozen=False)
+        weight = layout.lm_head.weight
+        self.v_head = make_head(layout.hidden_size, 1, weight.dtype).to(weight.device)
+
+    @classmethod
+    def from_pretrained(
+        cls, model_path: Any, load_kwargs: dict[str, Any] | None = None, **options: Any
+    ) -> "CausalLMWithValueHead":
+        """``load_causal_lm(model_path, **load_kwargs)`` wrapped with ``options``
+        (``num_layers_unfrozen``, ...), with the heads saved in that folder if there are any."""
+        policy = cls(load_causal_lm(model_path, **(load_kwargs or {})), **options)
+        load_saved_heads(model_path, policy._heads(), cls.heads_file)
+        return policy
+
+    def train(self, mode: bool = True) -> "CausalLMWithValueHead":
+        super().train(mode)
+        self.reference.eval()  # a fixed target: never dropout
+        return self
+
+    # --- forward passes -------------------------------------------------------------------
+
+    def forward_trunk(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> BranchInput:
+        """Hidden state entering block ``branch_index`` (and the block arguments). Frozen for
+        ``num_layers_unfrozen >= 0``, so it can be computed once (outside DDP's forward too)
+        and reused; for ``-1`` it holds trainable embeddings, so train through ``forward``."""
+        if position_ids is None and attention_mask is not None:
+            position_ids = position_ids_from_mask(attention_mask)
+        index = self.branch_index
+        return run_trunk(self.base_model, self.layout, index, input_ids, attention_mask, position_ids)
+
+    def forward_top(self, trunk: BranchInput, return_hidden: bool = False) -> PolicyOutput:
+        """Trainable top and heads on a trunk output: logits and values."""
+        if trunk.index != self.branch_index:
+            raise ValueError(f"trunk cut at block {trunk.index}; this policy branches at {self.branch_index}")
+        blocks = self.layout.blocks
+        value_index = self.layout.num_blocks - self.num_value_layers_unfrozen
+        hidden = run_blocks(blocks[trunk.index : value_index], trunk.hidden, trunk)  # [B, T, H]
+        value_input = hidden
+        hidden = run_blocks(blocks[value_index:], hidden, trunk)
+        final = run_post(self.layout.post, hidden)  # [B, T, H]
+        logits = self.layout.lm_head(final)  # [B, T, V]
+        if self.value_branch is not None:
+            value_hidden = self.value_branch(value_input, trunk)
+        else:
+            value_hidden = final  # trlX: the value head shares the policy's final hidden state
+        values = self.v_head(value_hidden).squeeze(-1)  # [B, T]
+        return PolicyOutput(logits=logits, values=values, hidden_states=final if return_hidden else None)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        trunk: BranchInput | None = None,
+        return_hidden: bool = False,
+    ) -> PolicyOutput:
+        """Logits and values. ``position_ids`` default to following the real tokens."""
+        if trunk is None:
+            trunk = self.forward_trunk(input_ids, attention_mask, position_ids)
+        return self.forward_top(trunk, return_hidden=return_hidden)
+
+    @torch.no_grad()
+    def forward_reference(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        trunk: BranchInput | None = None,
+    ) -> torch.Tensor:
+        """The initial policy's logits [B, T, V] (trlX's ``forward_hydra``). With a hydra
+        reference, pass the ``trunk`` the policy used to avoid running it twice; the separate
+        reference of ``num_layers_unfrozen = -1`` always needs ``input_ids``."""
+        if position_ids is None and attention_mask is not None:
+            position_ids = position_ids_from_mask(attention_mask)
+        if self.num_layers_unfrozen < 0:
+            if input_ids is None:
+                raise ValueError("num_layers_unfrozen=-1: the reference is a separate model; pass input_ids")
+            out = self.reference(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            )
+            return out.logits
+        if trunk is None:
+            trunk = self.forward_trunk(input_ids, attention_mask, position_ids)
+        # frozen policy blocks between the trunk cut and the hydra branch equal the reference's
+        split = self.layout.num_blocks - self.num_layers_unfrozen
+        hidden = run_blocks(self.layout.blocks[trunk.index : split], trunk.hidden, trunk)
+        return self.reference(hidden, trunk)
+
+    def generate(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The policy's top is the base model's own top, so sampling is the base model's."""
+        return self.base_model.generate(*args, **kwargs)
+
+    # --- saving ---------------------------------------------------------------------------
+
+    def _heads(self) -> dict[str, nn.Module | None]:
+        return {"v_head": self.v_head, "value_branch": self.value_branch}
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
+        """An HF folder plain ``AutoModelForCausalLM.from_pretrained`` loads, plus
+        ``value_head.safetensors`` for ``from_pretrained`` of this class."""
+        self.base_model.save_pretrained(save_directory, **kwargs)
+        save_heads(self._heads(), Path(save_directory) / self.heads_file)

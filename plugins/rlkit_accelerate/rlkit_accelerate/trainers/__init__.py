@@ -1,0 +1,1 @@
+"""The accelerate trainers (imported by name from the plugin's registrations)."""

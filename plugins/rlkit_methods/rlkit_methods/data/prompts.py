@@ -1,0 +1,106 @@
+"""``PromptPipeline``: trlX's tokenizing prompt pipeline (``train.pipeline: PromptPipeline``)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from rlkit_methods.data.padding import pad, position_ids_from_mask
+
+
+class PromptPipeline(Dataset):
+    """Prompts for rollouts or evaluation, tokenized once and left-padded per batch.
+
+    :param prompts: strings (an empty string or None becomes the BOS token, else EOS), or dicts with a ``"prompt"`` key whose other keys are passed
+        along to the reward and metric functions as keyword arguments (one list per key)
+    :param max_prompt_length: ``seq_length - max_new_tokens``; longer prompts are truncated
+        on the tokenizer's ``truncation_side`` with a warning, never dropped
+    :param tokenizer: a transformers tokenizer
+    :param add_special_tokens: passed to the tokenizer (True for seq2seq models)
+    """
+
+    def __init__(
+        self,
+        prompts: Sequence[str | Mapping[str, Any]],
+        max_prompt_length: int,
+        tokenizer: Any,
+        add_special_tokens: bool = False,
+    ):
+        super().__init__()
+        if max_prompt_length <= 0:
+            raise ValueError(f"max_prompt_length: must be > 0, got {max_prompt_length}; raise train.seq_length")
+        prompts = list(prompts)
+        if not prompts:
+            raise ValueError("prompts: the list is empty; give at least one prompt")
+        texts, metadata = [], []
+        for i, prompt in enumerate(prompts):
+            if isinstance(prompt, Mapping):
+                if "prompt" not in prompt:
+                    raise ValueError(f"prompts[{i}]: a dict prompt needs a 'prompt' key, got keys {sorted(prompt)}")
+                extra = {k: v for k, v in prompt.items() if k != "prompt"}  # never mutate the caller's dict
+                prompt = prompt["prompt"]
+            else:
+                extra = {}
+            if prompt is None:  # e.g. the core's default ``[tokenizer.bos_token] * n`` without a BOS
+                prompt = ""
+            if not isinstance(prompt, str):
+                raise ValueError(f"prompts[{i}]: expected a string, got {type(prompt).__name__}")
+            texts.append(prompt)
+            metadata.append(extra)
+        keys = [sorted(m) for m in metadata]
+        if any(k != keys[0] for k in keys):
+            raise ValueError("prompts: every dict prompt must have the same keys")
+
+        encoded = tokenizer(texts, truncation=False, padding=False, add_special_tokens=add_special_tokens)
+        left = getattr(tokenizer, "truncation_side", "right") == "left"
+        truncated = []
+        self.prompts = []
+        for i, (ids, extra) in enumerate(zip(encoded["input_ids"], metadata)):
+            ids = list(ids)
+            if len(ids) > max_prompt_length:
+                truncated.append(i)
+                ids = ids[-max_prompt_length:] if left else ids[:max_prompt_length]
+            if not ids:
+                fallback = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+                if fallback is None:
+                    raise ValueError(f"prompts[{i}]: empty prompt and the tokenizer has no BOS/EOS token to use")
+                ids = [fallback]
+            self.prompts.append({"input_ids": ids, "attention_mask": [1] * len(ids), **extra})
+        if truncated:
+            warnings.warn(
+                f"{len(truncated)} prompt(s) longer than {max_prompt_length} tokens (seq_length - max_new_tokens) "
+                f"were truncated on the {'left' if left else 'right'}, first: prompts[{truncated[0]}]",
+                stacklevel=2,
+            )
+        self.tokenizer = tokenizer
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def __getitem__(self, ix: int) -> dict[str, Any]:
+        return self.prompts[ix]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def collate(self, xs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Left-pad a batch: ``input_ids``, ``attention_mask``, ``position_ids`` (B, T) and
+        each metadata key as a list."""
+        input_ids = pad([torch.tensor(x["input_ids"], dtype=torch.long) for x in xs], self.pad_token_id or 0, "left")
+        attention_mask = pad([torch.tensor(x["attention_mask"], dtype=torch.long) for x in xs], 0, "left")
+        out: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids_from_mask(attention_mask),
+        }
+        for key in xs[0]:
+            if key not in out:
+                out[key] = [x[key] for x in xs]
+        return out
+
+    def create_loader(self, batch_size: int, shuffle: bool = False, sampler=None, drop_last: bool = False) -> DataLoader:
+        return DataLoader(
+            self, batch_size=batch_size, collate_fn=self.collate, shuffle=shuffle, sampler=sampler,
+            num_workers=0, drop_last=drop_last,
+        )

@@ -1,0 +1,113 @@
+"""File-backed data sources for the CLI (``data.prompts: prompts.txt`` -> ``file(path=...)``).
+
+* ``.txt``: one item per non-empty line;
+* ``.jsonl``: one JSON value per line: a string, a list (a dialogue), or an object whose
+  ``field`` (default: ``sample``, else ``prompt``, else ``text``) is the item; an object with
+  a ``prompt`` key and no ``sample`` key is kept whole, so its other keys reach the reward
+  function;
+* ``.csv``: a header row; ``column`` (default: ``sample``, ``prompt``, ``text`` or the first
+  column) is the item.
+
+When a row has ``reward_field`` / ``reward_column`` (default ``reward``) the item is
+``{"sample": item, "reward": float}`` and the core splits samples from rewards.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+DEFAULT_FIELDS = ("sample", "prompt", "text")
+
+
+def _reward(value: Any, where: str) -> float:
+    try:
+        reward = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: reward {value!r} is not a number") from None
+    if not math.isfinite(reward):
+        raise ValueError(f"{where}: reward is {reward}; rewards must be finite")
+    return reward
+
+
+def _pick(row: dict, name: str | None, where: str, what: str) -> str:
+    if name is not None:
+        if name not in row:
+            raise ValueError(f"{where}: no {what} {name!r}; found {', '.join(map(str, row))}")
+        return name
+    for candidate in DEFAULT_FIELDS:
+        if candidate in row:
+            return candidate
+    raise ValueError(f"{where}: none of {', '.join(DEFAULT_FIELDS)} found; name one with {what}=...")
+
+
+def read_txt(path: Path) -> list[Any]:
+    return [line.rstrip("\r\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def read_jsonl(path: Path, field: str | None = None, reward_field: str = "reward") -> list[Any]:
+    items: list[Any] = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: invalid JSON ({exc.msg})") from None
+        if not isinstance(value, dict):
+            items.append(value)
+            continue
+        if field is None and "prompt" in value and "sample" not in value and reward_field not in value:
+            items.append(value)  # a prompt with metadata for the reward function
+            continue
+        item = value[_pick(value, field, where, "field")]
+        items.append({"sample": item, "reward": _reward(value[reward_field], where)} if reward_field in value else item)
+    return items
+
+
+def read_csv(path: Path, column: str | None = None, reward_column: str = "reward") -> list[Any]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        if not reader.fieldnames:
+            raise ValueError(f"{path}: empty CSV; the first row must name the columns")
+        if column is None and not any(c in reader.fieldnames for c in DEFAULT_FIELDS):
+            column = reader.fieldnames[0]
+        items: list[Any] = []
+        for lineno, row in enumerate(reader, 2):
+            where = f"{path}:{lineno}"
+            item = row[_pick(row, column, where, "column")]
+            if reward_column in row:
+                items.append({"sample": item, "reward": _reward(row[reward_column], where)})
+            else:
+                items.append(item)
+    return items
+
+
+def file_source(
+    path: str,
+    field: str | None = None,
+    column: str | None = None,
+    reward_field: str = "reward",
+    reward_column: str = "reward",
+    limit: int | None = None,
+) -> list[Any]:
+    """Items from a ``.txt``, ``.jsonl`` or ``.csv`` file (dispatch on the suffix)."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"{path}: file not found")
+    suffix = file.suffix.lower()
+    if suffix == ".txt":
+        items = read_txt(file)
+    elif suffix == ".jsonl":
+        items = read_jsonl(file, field or column, reward_field)
+    elif suffix == ".csv":
+        items = read_csv(file, column or field, reward_column)
+    else:
+        raise ValueError(f"{path}: unsupported file type {suffix!r}; use .txt, .jsonl or .csv")
+    if not items:
+        raise ValueError(f"{path}: no items found")
+    return items[:limit] if limit is not None else items

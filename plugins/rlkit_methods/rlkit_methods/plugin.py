@@ -1,0 +1,61 @@
+"""Entry point of rlkit-methods (no torch import here: ``rlkit plugins`` must stay light).
+
+Everything heavy is named by an import string ``"module:attribute"``.
+"""
+
+from rlkit_core import MethodSpec, PipelineSpec, RewardSpec, hookimpl
+
+_M = "rlkit_methods"
+
+
+@hookimpl
+def rlkit_register_methods():
+    return [
+        MethodSpec(
+            "ppo", f"{_M}.ppo.config:PPOConfig", mode="online", aliases=("PPOConfig",),
+            default_config=f"{_M}.ppo.config:default_ppo_config",
+            description="PPO against a reward function (clipped policy and value losses, GAE, KL penalty)",
+        ),
+        MethodSpec(
+            "ilql", f"{_M}.ilql.config:ILQLConfig", mode="offline", aliases=("ILQLConfig",),
+            default_config=f"{_M}.ilql.config:default_ilql_config",
+            description="ILQL from reward-labelled samples (expectile V, double Q, CQL, AWAC)",
+        ),
+        MethodSpec(
+            "sft", f"{_M}.sft.config:SFTConfig", mode="supervised", aliases=("SFTConfig",),
+            default_config=f"{_M}.sft.config:default_sft_config",
+            description="Supervised fine-tuning on the output tokens",
+        ),
+    ]
+
+
+@hookimpl
+def rlkit_register_pipelines():
+    return [
+        PipelineSpec("PromptPipeline", f"{_M}.data.prompts:PromptPipeline", kind="prompt",
+                     description="trlX's prompt pipeline: tokenized, truncated, left-padded prompts"),
+        PipelineSpec("file", f"{_M}.data.sources:file_source", kind="source",
+                     description="prompts or samples from .txt, .jsonl or .csv (field/column, reward_field)"),
+        PipelineSpec("randomwalks_prompts", f"{_M}.rewards.randomwalks:randomwalks_prompts", kind="source",
+                     description="start letters of trlX's randomwalks task (seed, n_nodes, ...)"),
+        PipelineSpec("randomwalks_walks", f"{_M}.rewards.randomwalks:randomwalks_walks", kind="source",
+                     description="random walks with their optimality as reward (with_rewards=False for SFT)"),
+    ]
+
+
+@hookimpl
+def rlkit_register_rewards():
+    return [
+        RewardSpec("python", f"{_M}.rewards.python:python_function", kind="reward",
+                   description="a Python module:function (kwargs: function, plus kwargs bound to each call)"),
+        RewardSpec("python_metric", f"{_M}.rewards.python:python_function", kind="metric",
+                   description="a Python module:function returning a dict of metric lists"),
+        RewardSpec("vader", f"{_M}.rewards.vader:vader_reward", kind="reward",
+                   description="VADER compound sentiment of each output, in [-1, 1] (on: outputs|samples)"),
+        RewardSpec("sentiment", f"{_M}.rewards.vader:vader_metric", kind="metric",
+                   description="VADER compound sentiment as metric 'sentiment'"),
+        RewardSpec("randomwalks", f"{_M}.rewards.randomwalks:randomwalks_reward", kind="reward",
+                   description="optimality of a walk to the goal node (trlX's randomwalks; seed=1000)"),
+        RewardSpec("randomwalks_metric", f"{_M}.rewards.randomwalks:randomwalks_metric", kind="metric",
+                   description="randomwalks lengths and optimality"),
+    ]

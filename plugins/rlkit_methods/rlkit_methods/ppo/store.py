@@ -1,0 +1,129 @@
+"""PPO rollouts: one element per sampled response, collated into a padded batch.
+
+Prompts are left-padded and responses right-padded, so every row splits into prompt and
+response at the same column; ``attention_mask`` and ``position_ids`` cover the joined
+sequence (positions follow the real tokens, so left padding changes nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Iterable, Optional
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from rlkit_methods.data.padding import pad, position_ids_from_mask
+
+
+@dataclass
+class PPORLElement:
+    """One rollout. ``response_tensor`` holds the sampled ids up to and including EOS (no
+    padding); ``logprobs``, ``values`` and ``rewards`` have one entry per response token.
+    ``query_mask`` marks the real prompt tokens when ``query_tensor`` carries padding."""
+
+    query_tensor: torch.Tensor  # (Q,)
+    response_tensor: torch.Tensor  # (R,)
+    logprobs: torch.Tensor  # (R,)
+    values: torch.Tensor  # (R,)
+    rewards: torch.Tensor  # (R,)
+    query_mask: Optional[torch.Tensor] = None  # (Q,)
+
+
+@dataclass
+class PPORLBatch:
+    query_tensors: torch.Tensor  # (B, Q) left-padded
+    response_tensors: torch.Tensor  # (B, R) right-padded
+    logprobs: torch.Tensor  # (B, R)
+    values: torch.Tensor  # (B, R)
+    rewards: torch.Tensor  # (B, R)
+    response_mask: torch.Tensor  # (B, R) 1 on real response tokens
+    attention_mask: torch.Tensor  # (B, Q + R)
+    position_ids: torch.Tensor  # (B, Q + R)
+
+
+def response_mask(responses: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
+    """(B, R) sampled ids -> 1 up to and including the first EOS, 0 after (all 1 without EOS).
+
+    Works on the sampled ids, whatever the pad token is (pad may equal EOS)."""
+    if eos_token_id is None:
+        return torch.ones_like(responses, dtype=torch.long)
+    is_eos = (responses == eos_token_id).long()  # (B, R)
+    eos_before = is_eos.cumsum(-1) - is_eos  # EOS tokens strictly before each position
+    return (eos_before == 0).long()
+
+
+def ppo_collate_fn(padding_side: str, pad_token_id: int, elems: Iterable[PPORLElement]) -> PPORLBatch:
+    """Pad rollouts into a :class:`PPORLBatch` (``padding_side`` applies to the prompts)."""
+    elems = list(elems)
+    queries = []
+    for i, e in enumerate(elems):
+        n = len(e.response_tensor)
+        if not n:
+            raise ValueError(f"rollout {i}: empty response; keep at least the EOS token")
+        if not (len(e.logprobs) == len(e.values) == len(e.rewards) == n):
+            raise ValueError(
+                f"rollout {i}: response has {n} tokens but {len(e.logprobs)} logprobs, "
+                f"{len(e.values)} values and {len(e.rewards)} rewards; give one per response token"
+            )
+        queries.append(e.query_tensor if e.query_mask is None else e.query_tensor[e.query_mask.bool()])
+    query_tensors = pad(queries, pad_token_id, padding_side)
+    query_mask = pad([torch.ones(len(q), dtype=torch.long) for q in queries], 0, padding_side)
+    resp_mask = pad([torch.ones(len(e.response_tensor), dtype=torch.long) for e in elems], 0, "right")
+    attention_mask = torch.cat([query_mask, resp_mask], dim=1)  # (B, Q + R)
+    return PPORLBatch(
+        query_tensors=query_tensors,
+        response_tensors=pad([e.response_tensor for e in elems], pad_token_id, "right"),
+        logprobs=pad([e.logprobs for e in elems], 0.0, "right"),
+        values=pad([e.values for e in elems], 0.0, "right"),
+        rewards=pad([e.rewards for e in elems], 0.0, "right"),
+        response_mask=resp_mask,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+    )
+
+
+class PPORolloutStorage(Dataset):
+    """The rollouts of one phase (trlX's ``PPORolloutStorage``)."""
+
+    def __init__(self, pad_token_id: int, padding_side: str = "left"):
+        super().__init__()
+        self.pad_token_id = pad_token_id
+        self.padding_side = padding_side
+        self.history: list[PPORLElement] = []
+
+    def push(self, exps: Iterable[PPORLElement]) -> None:
+        self.history += list(exps)
+
+    def clear_history(self) -> None:
+        self.history = []
+
+    def export_history(self, location: str) -> str:
+        """Write the rollouts as JSON under ``location``; returns the file path."""
+        if not os.path.isdir(location):
+            raise ValueError(f"rollout_logging_dir: {location!r} is not a directory")
+        path = os.path.join(location, f"epoch-{time.time()}.json")
+
+        def to_dict(exp: PPORLElement) -> dict:
+            return {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in exp.__dict__.items()}
+
+        with open(path, "w") as f:
+            json.dump([to_dict(e) for e in self.history], f)
+        return path
+
+    def __getitem__(self, index: int) -> PPORLElement:
+        return self.history[index]
+
+    def __len__(self) -> int:
+        return len(self.history)
+
+    def collate(self, elems: Iterable[PPORLElement]) -> PPORLBatch:
+        return ppo_collate_fn(self.padding_side, self.pad_token_id, elems)
+
+    def create_loader(self, batch_size: int, shuffle: bool = False, **kwargs) -> DataLoader:
+        collate = partial(ppo_collate_fn, self.padding_side, self.pad_token_id)
+        return DataLoader(self, batch_size, shuffle=shuffle, collate_fn=collate, **kwargs)

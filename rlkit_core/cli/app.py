@@ -1,0 +1,157 @@
+"""Typer application. Commands stay thin: they parse arguments, call the Python API and turn
+known errors into one line on stderr and an exit code (2 for config, 1 for runtime).
+``RLKIT_DEBUG=1`` shows the traceback instead. Nothing here imports torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rlkit_core.errors import RlkitError
+
+err_console = Console(stderr=True)
+
+app = typer.Typer(
+    name="rlkit",
+    help="Fine-tune language models with reinforcement learning (PPO, ILQL, SFT).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Show or check a config file.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+SetOption = typer.Option(None, "--set", "-s", help="Override a config value: --set train.batch_size=8 (repeatable).")
+PluginOption = typer.Option(None, "--plugin", "-p", help="Load a one-off plugin file (repeatable).")
+
+
+def _load(config: Path, sets: Optional[List[str]], plugin_files: Optional[List[Path]]):
+    from rlkit_core.config import load_config
+    from rlkit_core.plugins import get_host
+
+    host = get_host()
+    for path in plugin_files or []:
+        host.load_file(path)
+    return load_config(config, list(sets or []))
+
+
+@app.command()
+def run(
+    config: Path = typer.Argument(..., help="A TRLConfig YAML file."),
+    set_: Optional[List[str]] = SetOption,
+    plugin: Optional[List[Path]] = PluginOption,
+):
+    """Train with a config: load_config + train, nothing more."""
+    from rlkit_core.run import train_from_config
+
+    train_from_config(_load(config, set_, plugin))
+
+
+@app.command()
+def plugins(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")):
+    """List plugins: name, distribution, version, what each provides, and status."""
+    from rlkit_core.plugins import get_host
+
+    host = get_host()
+    host.registry  # builds the registry, which fills in what each plugin provides
+    statuses = [s for s in host.statuses.values() if not (s.source == "in-process" and not s.provides)]
+    if as_json:
+        rows = [
+            {
+                "name": s.name,
+                "distribution": s.distribution,
+                "version": s.version,
+                "source": s.source,
+                "status": s.status,
+                "error": s.error,
+                "provides": s.provides,
+            }
+            for s in statuses
+        ]
+        conflicts = sorted(host.registry.conflicts.values())
+        typer.echo(json.dumps({"plugins": rows, "conflicts": conflicts}, indent=2))
+        return
+    table = Table(title="rlkit plugins")
+    for column in ("name", "distribution", "version", "provides", "status"):
+        table.add_column(column)
+    for s in statuses:
+        provides = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in s.provides.items()) or "-"
+        status = s.status if s.error is None else f"{s.status}: {s.error}"
+        style = {"loaded": "green", "failed": "red", "blocked": "yellow"}[s.status]
+        table.add_row(s.name, s.distribution or s.source, s.version or "-", provides, f"[{style}]{status}[/]")
+    Console().print(table)
+    for conflict in sorted(host.registry.conflicts.values()):
+        err_console.print(f"[red]conflict:[/] {conflict}", highlight=False)
+
+
+@config_app.command("show")
+def config_show(
+    config: Path = typer.Argument(..., help="A TRLConfig YAML file."),
+    set_: Optional[List[str]] = SetOption,
+    plugin: Optional[List[Path]] = PluginOption,
+):
+    """Print the resolved config (defaults filled in, overrides applied) as YAML."""
+    typer.echo(_load(config, set_, plugin).to_yaml(), nl=False)
+
+
+@config_app.command("validate")
+def config_validate(
+    config: Path = typer.Argument(..., help="A TRLConfig YAML file."),
+    set_: Optional[List[str]] = SetOption,
+    plugin: Optional[List[Path]] = PluginOption,
+):
+    """Check a config; prints every problem, one per line, and exits 2 if there are any."""
+    resolved = _load(config, set_, plugin)
+    err_console.print(f"[green]ok[/]: {config} (method {resolved.method.name}, trainer {resolved.train.trainer})", highlight=False)
+
+
+def _add_plugin_commands() -> None:
+    from rlkit_core.plugins import get_host
+
+    get_host().hook.rlkit_register_commands(app=app)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Console-script entry point."""
+    debug = os.environ.get("RLKIT_DEBUG", "") not in ("", "0")
+    try:
+        _add_plugin_commands()
+        app(args=argv, prog_name="rlkit", standalone_mode=False)
+    except RlkitError as exc:
+        if debug:
+            raise
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            err_console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+        return _exit(exc.exit_code)
+    except (typer.Exit, SystemExit) as exc:
+        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
+        return _exit(code or 0)
+    except typer.Abort:
+        err_console.print("aborted")
+        return _exit(1)
+    except Exception as exc:  # usage errors (click's, vendored by typer) and unexpected failures
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
+            exc.show()
+            return _exit(exc.exit_code)
+        if debug:
+            raise
+        err_console.print(
+            f"[red]error:[/] {type(exc).__name__}: {exc} (set RLKIT_DEBUG=1 for the traceback)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return _exit(1)
+    return _exit(0)
+
+
+def _exit(code: int) -> int:
+    if __name__ == "__main__" or sys.argv and Path(sys.argv[0]).name == "rlkit":
+        sys.exit(code)
+    return code

@@ -1,0 +1,125 @@
+"""The config schema: trlX's ``TRLConfig`` sections with trlX's field names and defaults, plus
+rlkit's ``data``, ``reward`` and ``metric`` sections that the CLI needs.
+
+Range checks are attrs validators built from :mod:`rlkit_core.config.checks`; when a whole
+config is structured they run after structuring so that all problems are reported together.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import attrs
+
+from rlkit_core.config.checks import at_least, exactly_one, file_suffix, module_attribute, one_of, positive
+
+FILE_SUFFIXES = (".jsonl", ".csv", ".txt")
+
+
+@attrs.define
+class MethodConfig:
+    """Base of every method section; ``name`` selects the method (case-insensitive)."""
+
+    name: str
+
+
+@attrs.define
+class TrainConfig:
+    total_steps: int = attrs.field(validator=positive)
+    seq_length: int = attrs.field(validator=positive)
+    epochs: int = attrs.field(validator=positive)
+    batch_size: int = attrs.field(validator=positive)
+    checkpoint_interval: int = attrs.field(validator=positive)
+    eval_interval: int = attrs.field(validator=positive)
+    pipeline: str = "PromptPipeline"
+    trainer: str = "AcceleratePPOTrainer"
+    trainer_kwargs: dict[str, Any] = attrs.Factory(dict)
+    project_name: str = "trlx"
+    run_name: Optional[str] = None
+    entity_name: Optional[str] = None
+    group_name: Optional[str] = None
+    checkpoint_dir: str = "ckpts"
+    rollout_logging_dir: Optional[str] = None
+    save_best: bool = True
+    save_optimizer: bool = True
+    resume_from_checkpoint: Optional[str] = None
+    # trlX defaults to wandb; rlkit logs JSONL always and needs no account, so no tracker.
+    tracker: Optional[str] = attrs.field(default=None, validator=one_of(None, "tensorboard", "wandb"))
+    logging_dir: Optional[str] = None
+    tags: Optional[list[str]] = attrs.Factory(list)
+    seed: int = 1000
+    minibatch_size: Optional[int] = attrs.field(default=None, validator=positive)
+    # rlkit additions
+    backend: Optional[str] = None  # picks the trainer for the method when ``trainer`` is unset
+    max_grad_norm: Optional[float] = attrs.field(default=None, validator=positive)  # off: trlX parity
+
+
+@attrs.define
+class ModelConfig:
+    # a path, a hub-style name, a registered model source, or (Python API) a transformers config
+    model_path: Any
+    model_arch_type: str = attrs.field(default="causal", validator=one_of("causal", "seq2seq"))
+    num_layers_unfrozen: int = attrs.field(default=-1, validator=at_least(-1))
+    peft_config: Any = None
+    model_extra_configs: dict[str, Any] = attrs.Factory(dict)
+
+
+@attrs.define
+class TokenizerConfig:
+    tokenizer_path: Any
+    padding_side: str = attrs.field(default="left", validator=one_of("left", "right"))
+    truncation_side: str = attrs.field(default="right", validator=one_of("left", "right"))
+    tokenizer_extra_configs: dict[str, Any] = attrs.Factory(dict)
+
+
+@attrs.define
+class OptimizerConfig:
+    name: str
+    kwargs: dict[str, Any] = attrs.Factory(dict)
+
+
+@attrs.define
+class SchedulerConfig:
+    name: str
+    kwargs: dict[str, Any] = attrs.Factory(dict)
+
+
+@attrs.define
+class SourceConfig:
+    """Where prompts or samples come from: a registered source pipeline or a file.
+
+    In YAML a plain string is a shorthand: ``prompts.txt`` (a path ending in .jsonl, .csv or
+    .txt) or ``imdb_prompts`` (a pipeline name).
+    """
+
+    pipeline: Optional[str] = None
+    path: Optional[str] = attrs.field(default=None, validator=file_suffix(FILE_SUFFIXES))
+    kwargs: dict[str, Any] = attrs.Factory(dict)
+
+    def __attrs_post_init__(self) -> None:
+        exactly_one(self, "pipeline", "path")
+
+
+@attrs.define
+class DataConfig:
+    prompts: Optional[SourceConfig] = None
+    eval_prompts: Optional[SourceConfig] = None
+    samples: Optional[SourceConfig] = None
+
+
+@attrs.define
+class ComponentConfig:
+    """A reward or metric: a registered name, or a Python ``module:function``.
+
+    In YAML a plain string is a shorthand: ``vader`` (a name) or ``my_pkg.rewards:score``.
+    """
+
+    name: Optional[str] = None
+    function: Optional[str] = attrs.field(default=None, validator=module_attribute)
+    kwargs: dict[str, Any] = attrs.Factory(dict)
+
+    def __attrs_post_init__(self) -> None:
+        exactly_one(self, "name", "function")
+
+
+SECTION_ORDER = ("method", "model", "optimizer", "scheduler", "tokenizer", "train", "data", "reward", "metric")

@@ -1,0 +1,128 @@
+"""``TRLConfig``: trlX's top-level config, validated strictly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import attrs
+import yaml
+
+from rlkit_core.config.converter import StructureErrors, converter, current_registry, to_plain
+from rlkit_core.config.overrides import deep_merge, unflatten
+from rlkit_core.config.schema import (
+    ComponentConfig,
+    DataConfig,
+    MethodConfig,
+    ModelConfig,
+    OptimizerConfig,
+    SchedulerConfig,
+    TokenizerConfig,
+    TrainConfig,
+)
+from rlkit_core.errors import ConfigError
+
+
+class _class_or_instance_method:
+    """``TRLConfig.update(base, overrides)`` as in trlX, and also ``config.update(overrides)``."""
+
+    def __init__(self, func):
+        self.func = func
+
+    def __get__(self, instance, owner):
+        if instance is None:
+            return lambda base, overrides=None, **kw: self.func(owner, base, overrides, **kw)
+        return lambda overrides, **kw: self.func(owner, instance, overrides, **kw)
+
+
+@attrs.define
+class TRLConfig:
+    """The whole run: trlX's six sections plus rlkit's ``data``, ``reward`` and ``metric``."""
+
+    method: MethodConfig
+    model: ModelConfig
+    optimizer: OptimizerConfig
+    scheduler: SchedulerConfig
+    tokenizer: TokenizerConfig
+    train: TrainConfig
+    data: DataConfig = attrs.Factory(DataConfig)
+    reward: Optional[ComponentConfig] = None
+    metric: Optional[ComponentConfig] = None
+
+    # reading -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any], *, registry: Any = None) -> "TRLConfig":
+        """Validate a plain dict; every problem is reported in one :class:`ConfigError`."""
+        token = current_registry.set(registry) if registry is not None else None
+        try:
+            return converter.structure(config, cls)
+        except StructureErrors as exc:
+            raise ConfigError([f"{path or '<config>'}: {message}" for path, message in exc.lines]) from None
+        finally:
+            if token is not None:
+                current_registry.reset(token)
+
+    @classmethod
+    def load_yaml(cls, path: str | os.PathLike, *, registry: Any = None) -> "TRLConfig":
+        return cls.from_dict(read_yaml(path), registry=registry)
+
+    # writing -----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_plain(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(_yaml_safe(self.to_dict()), sort_keys=False)
+
+    def save_yaml(self, path: str | os.PathLike) -> None:
+        Path(path).write_text(self.to_yaml())
+
+    def __str__(self) -> str:
+        return self.to_yaml()
+
+    # changing ----------------------------------------------------------------------------
+
+    def evolve(self, **kwargs: Any) -> "TRLConfig":
+        """A new config with nested sections deep-merged: ``evolve(train=dict(seq_length=64))``."""
+        return type(self).from_dict(deep_merge(self.to_dict(), kwargs))
+
+    @_class_or_instance_method
+    def update(cls, base: Any, overrides: Mapping[str, Any] | None = None, **kwargs: Any) -> "TRLConfig":
+        """trlX's ``TRLConfig.update(base_dict, {"method.gamma": 0.9})``: dotted or nested keys.
+
+        A key that does not exist in the schema is an error with a suggestion, never ignored.
+        """
+        overrides = dict(overrides or {}, **kwargs)
+        base_dict = base.to_dict() if isinstance(base, TRLConfig) else dict(base)
+        return cls.from_dict(deep_merge(base_dict, unflatten(overrides)))
+
+
+def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a YAML config file, with a one-line error for a missing file or broken YAML."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found; pass the path of a YAML file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: invalid YAML: {where}{problem}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (train, model, method, ...), got {type(data).__name__}")
+    return data
+
+
+def _yaml_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _yaml_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_yaml_safe(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "to_dict"):  # a transformers or peft config given from Python
+        return _yaml_safe(value.to_dict())
+    return repr(value)

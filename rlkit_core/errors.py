@@ -1,0 +1,32 @@
+"""rlkit's known errors. The CLI prints them as one line each and exits with ``exit_code``."""
+
+from __future__ import annotations
+
+
+class RlkitError(Exception):
+    """A known, user-facing error: its message says what is wrong and how to fix it."""
+
+    exit_code = 1
+
+
+class ConfigError(RlkitError, ValueError):
+    """A config that does not validate. ``errors`` holds one line per problem, each starting
+    with the dotted path of the offending key."""
+
+    exit_code = 2
+
+    def __init__(self, errors: list[str] | str):
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+class RegistryError(RlkitError, LookupError):
+    """A name that no installed plugin provides, or that two plugins provide."""
+
+    exit_code = 2
+
+
+class PluginError(RlkitError):
+    """A plugin that cannot be loaded or misbehaves."""
+
+    exit_code = 1

@@ -1,0 +1,216 @@
+"""Name-keyed tables of what plugins provide.
+
+Plugins return frozen spec records from the registration hooks; the host files each record
+under its kind and name together with the plugin that provided it. Names are matched
+case-insensitively. A name provided twice is an error that names both providers; an unknown
+name is an error that lists what is installed (and which plugins failed to load).
+
+Heavy objects (trainer classes, config classes that import torch) are given as import
+strings ``"package.module:attribute"`` and imported only when a run needs them, so that
+``rlkit --help`` and ``rlkit plugins`` never import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Iterable, Mapping
+
+import attrs
+
+from rlkit_core.errors import RegistryError
+
+Target = Any  # an object, or an import string "module:attribute"
+
+
+def load_target(target: Target, *, what: str = "object") -> Any:
+    """Return ``target`` itself, or import it when it is a ``"module:attribute"`` string."""
+    if not isinstance(target, str):
+        return target
+    module_name, sep, attr_path = target.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise RegistryError(f"{what} {target!r}: expected 'module:attribute'")
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RegistryError(f"{what} {target!r}: cannot import {module_name}: {exc}") from exc
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise RegistryError(f"{what} {target!r}: {module_name} has no attribute {attr_path}") from None
+    return obj
+
+
+# --- spec records returned by the registration hooks -------------------------------------
+
+
+@attrs.frozen
+class MethodSpec:
+    """An RL method: its config class (the ``method`` section) and its default ``TRLConfig``.
+
+    ``name`` is the short name (``"ppo"``); ``aliases`` are other names that select it in
+    ``method.name`` (trlX's class names, e.g. ``"PPOConfig"``). Matching is case-insensitive.
+    ``config_class`` is an attrs class (or import string) with a ``name`` field.
+    ``default_config`` is a zero-argument callable (or import string) returning a full
+    ``TRLConfig``; ``train()`` uses it when no config is given.
+    ``mode`` is how ``train()`` feeds it: ``"online"`` (reward_fn + prompts),
+    ``"offline"`` (samples + rewards) or ``"supervised"`` (samples).
+    """
+
+    name: str
+    config_class: Target
+    mode: str = attrs.field(validator=attrs.validators.in_(("online", "offline", "supervised")))
+    aliases: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    default_config: Target | None = None
+    description: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+@attrs.frozen
+class TrainerSpec:
+    """A trainer: the pairing of a method with a backend, registered under a trlX class name.
+
+    ``method`` is the method's short name (``"ppo"``), or None for a trainer registered with
+    trlX's ``@register_trainer`` whose method is not declared.
+    """
+
+    name: str
+    target: Target
+    method: str | None = None
+    backend: str | None = None
+    description: str = ""
+
+
+def _trainers(value: Iterable[TrainerSpec] | Mapping[str, Target]) -> tuple[TrainerSpec, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class BackendSpec:
+    """An engine (accelerate, nemo, ...) and the trainers it provides, one per method."""
+
+    name: str
+    trainers: tuple[TrainerSpec, ...] = attrs.field(default=(), converter=_trainers)
+    description: str = ""
+
+
+@attrs.frozen
+class PipelineSpec:
+    """A data pipeline.
+
+    ``kind="prompt"``: trlX's tokenizing pipeline class, constructed as
+    ``target(prompts, max_prompt_length, tokenizer, **kwargs)`` (``train.pipeline``).
+    ``kind="source"``: where data comes from, called as ``target(**kwargs)`` and returning a
+    list of prompts or samples (``data.prompts``, ``data.samples`` in a config). A sample
+    given as ``{"sample": ..., "reward": ...}`` carries its reward.
+    """
+
+    name: str
+    target: Target
+    kind: str = attrs.field(default="source", validator=attrs.validators.in_(("prompt", "source")))
+    description: str = ""
+
+
+@attrs.frozen
+class RewardSpec:
+    """A reward or metric factory: ``target(**kwargs)`` returns the function trlX expects,
+    ``fn(samples, prompts, outputs, **extra) -> list[float]`` for a reward and
+    ``-> dict[str, list[float]]`` for a metric."""
+
+    name: str
+    target: Target
+    kind: str = attrs.field(default="reward", validator=attrs.validators.in_(("reward", "metric")))
+    description: str = ""
+
+
+KINDS = ("method", "backend", "trainer", "pipeline", "reward")
+
+
+@attrs.frozen
+class Entry:
+    spec: Any
+    provider: str  # "plugin-name (distribution version)"
+
+
+# --- the tables ----------------------------------------------------------------------------
+
+
+class Registry:
+    """Tables of specs by kind and lower-cased name, each remembering its provider."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
+        # plugins that failed to load, for "what is installed" hints: name -> one-line error
+        self.failed: dict[str, str] = {}
+        # (kind, lower-cased name) -> error, for names provided by two plugins
+        self.conflicts: dict[tuple[str, str], str] = {}
+
+    # adding ----------------------------------------------------------------------------
+
+    def add(self, kind: str, spec: Any, provider: str) -> None:
+        names = spec.names if kind == "method" else (spec.name,)
+        table = self._tables[kind]
+        for name in names:
+            key = name.lower()
+            if key in table and table[key].spec != spec:
+                # Never pick one by load order: the name stays unusable until one is removed.
+                self.conflicts[(kind, key)] = (
+                    f"{kind} {name!r} is provided by both {table[key].provider} and {provider}; "
+                    f"uninstall one or disable it with RLKIT_DISABLE_PLUGINS"
+                )
+                continue
+            table[key] = Entry(spec, provider)
+        if kind == "backend":
+            for trainer in spec.trainers:
+                trainer = attrs.evolve(trainer, backend=trainer.backend or spec.name)
+                self.add("trainer", trainer, provider)
+
+    # looking up ------------------------------------------------------------------------
+
+    def entries(self, kind: str) -> list[Entry]:
+        """Unique entries of a kind (aliases collapsed), in registration order."""
+        seen: list[Entry] = []
+        for entry in self._tables[kind].values():
+            if all(entry.spec is not other.spec for other in seen):
+                seen.append(entry)
+        return seen
+
+    def names(self, kind: str, *, where: Callable[[Any], bool] | None = None) -> list[str]:
+        return sorted(e.spec.name for e in self.entries(kind) if where is None or where(e.spec))
+
+    def find(self, kind: str, name: str) -> Any | None:
+        if (kind, name.lower()) in self.conflicts:
+            raise RegistryError(self.conflicts[(kind, name.lower())])
+        entry = self._tables[kind].get(name.lower())
+        return None if entry is None else entry.spec
+
+    def provider(self, kind: str, name: str) -> str | None:
+        entry = self._tables[kind].get(name.lower())
+        return None if entry is None else entry.provider
+
+    def get(self, kind: str, name: str, *, where: Callable[[Any], bool] | None = None) -> Any:
+        """The spec called ``name``, or a RegistryError listing what is installed."""
+        spec = self.find(kind, name)
+        if spec is None or (where is not None and not where(spec)):
+            raise RegistryError(self.unknown_message(kind, name, where=where))
+        return spec
+
+    def unknown_message(self, kind: str, name: str, *, where: Callable[[Any], bool] | None = None) -> str:
+        installed = ", ".join(self.names(kind, where=where)) or "none"
+        message = f"unknown {kind} {name!r}; installed: {installed}"
+        if self.failed:
+            broken = "; ".join(f"plugin {p!r} failed to load ({err})" for p, err in self.failed.items())
+            message += f"; {broken}"
+        return message
+
+    def provided_by(self, provider_name: str) -> dict[str, list[str]]:
+        """What one plugin provides, by kind (for ``rlkit plugins``)."""
+        out: dict[str, list[str]] = {}
+        for kind in KINDS:
+            names = [e.spec.name for e in self.entries(kind) if e.provider.split(" ")[0] == provider_name]
+            if names:
+                out[kind] = sorted(names)
+        return out

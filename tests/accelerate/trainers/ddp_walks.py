@@ -1,0 +1,26 @@
+"""Run by test_trainer_ddp.py under ``torchrun --nproc_per_node 2`` (gloo, CPU)."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from walks_setup import reward_fn, run  # noqa: E402
+
+method, out = sys.argv[1], Path(sys.argv[2])
+calls = out / "reward_calls.jsonl"
+
+
+def counting_reward(samples, **kwargs):
+    with open(calls, "a") as handle:
+        handle.write(json.dumps({"rank": int(os.environ["RANK"]), "n": len(samples)}) + "\n")
+    return reward_fn(samples)
+
+
+kwargs = {"reward_fn": counting_reward} if method == "ppo" else {}
+trainer = run(method, out, config_overrides=dict(train=dict(total_steps=4, eval_interval=4, checkpoint_interval=4)), **kwargs)
+weights = torch.cat([p.detach().flatten() for p in trainer.unwrapped_model.parameters()])
+torch.save({"weights": weights, "steps": trainer.iter_count}, out / f"final_{os.environ['RANK']}.pt")

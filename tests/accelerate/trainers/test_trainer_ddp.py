@@ -1,0 +1,43 @@
+"""Two processes on CPU (torchrun, gloo): PPO and ILQL train in sync, the reward function
+runs on the main process once per sample."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).with_name("ddp_walks.py")
+
+
+def torchrun(method, out):
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        [torchrun, "--nproc_per_node", "2", "--master_port", str(29500 + os.getpid() % 1000), str(SCRIPT), method, str(out)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    finals = [torch.load(out / f"final_{rank}.pt") for rank in (0, 1)]
+    assert finals[0]["steps"] == finals[1]["steps"] == 4
+    assert torch.equal(finals[0]["weights"], finals[1]["weights"])  # DDP kept the replicas identical
+    return finals
+
+
+@pytest.mark.slow
+def test_ppo_on_two_processes_scores_each_sample_once_on_the_main_process(tmp_path):
+    torchrun("ppo", tmp_path)
+    calls = [json.loads(line) for line in (tmp_path / "reward_calls.jsonl").read_text().splitlines()]
+    assert {c["rank"] for c in calls} == {0}
+    # two rollout chunks of 8 prompts on each of 2 processes, then 8 eval prompts at steps 0 and 4
+    assert [c["n"] for c in calls] == [16, 16, 8, 8]
+
+
+@pytest.mark.slow
+def test_ilql_on_two_processes(tmp_path):
+    torchrun("ilql", tmp_path)
+    assert (tmp_path / "ckpts" / "checkpoint_4" / "trainer_state_1.pt").is_file()
