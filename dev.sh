@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
 VENV=${RLKIT_VENV:-.venv}
 TORCH_SPEC=${RLKIT_TORCH:-torch==2.13.0}
-PACKAGES=(-e ".[test]" -e plugins/rlkit_methods -e plugins/rlkit_accelerate -e plugins/rlkit_nemo)
+PACKAGES=(-e ".[test]" -e plugins/rlkit_methods -e plugins/rlkit_accelerate -e plugins/rlkit_nemo -e examples/plugin_template)
 
 install() {
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
@@ -29,6 +29,10 @@ demo() {
 
 run_tests() {
     "$VENV/bin/python" -m pytest -q tests "$@"
+    # the plugin template is tested the way its authors run it: from its own folder
+    local python
+    python="$(cd "$VENV" && pwd)/bin/python"
+    (cd examples/plugin_template && "$python" -m pytest -q)
 }
 
 case "${1:-}" in

@@ -1,0 +1,1 @@
+"""An example third-party rlkit plugin (see README.md)."""
