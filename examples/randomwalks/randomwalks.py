@@ -40,6 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("method", choices=["sft", "ilql", "ppo"])
     parser.add_argument("--set", dest="sets", action="append", default=[], help="config override k=v")
+    parser.add_argument("--greedy-eval", action="store_true", help="after training, evaluate once more with greedy decoding")
     args = parser.parse_args()
     config = rlkit.load_config(HERE / f"{args.method}_randomwalks.yml", args.sets)
     task = random_walks(seed=1000)
@@ -57,6 +58,10 @@ def main() -> None:
         trainer = rlkit.train(reward_fn=reward, prompts=task.eval_prompts, eval_prompts=eval_prompts,
                               metric_fn=task.metric, config=config)
     print(f"{args.method}: {trainer.iter_count} steps in {time.time() - start:.1f} s")
+    if args.greedy_eval:
+        trainer.generate_kwargs.update(do_sample=False)
+        stats = trainer.evaluate()
+        print("greedy:", {k: round(v, 4) for k, v in stats.items() if k.startswith(("metrics/", "reward/"))})
 
 
 if __name__ == "__main__":

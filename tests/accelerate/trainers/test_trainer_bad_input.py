@@ -69,3 +69,12 @@ def test_a_reward_returning_the_wrong_count_is_a_clear_error(tmp_path):
 def test_unknown_trainer_kwargs_are_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="trainer_kwargs: AccelerateSFTTrainer does not accept bogus"):
         run("sft", tmp_path, config_overrides=dict(train=dict(trainer_kwargs=dict(bogus=1))))
+
+
+def test_a_tracker_that_is_not_installed(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ConfigError, match="train.tracker: wandb is not installed"):
+        run("sft", tmp_path, config_overrides=dict(train=dict(tracker="wandb")))

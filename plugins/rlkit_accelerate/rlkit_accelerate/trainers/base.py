@@ -15,6 +15,7 @@ method's state (including the current store).
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import time
@@ -67,6 +68,8 @@ class AccelerateRLTrainer(ABC):
         train = config.train
         self.checkpoint_dir = Path(train.checkpoint_dir)
         self.logging_dir = Path(train.logging_dir) if train.logging_dir else self.checkpoint_dir / "logs"
+        if train.tracker and importlib.util.find_spec(train.tracker) is None:
+            raise ConfigError(f"train.tracker: {train.tracker} is not installed; pip install {train.tracker}, or set train.tracker: null")
         # accelerate runs several CPU processes (torchrun, gloo) only when told it is on CPU
         multi_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
         self.accelerator = Accelerator(log_with=train.tracker, project_dir=str(self.logging_dir), cpu=multi_cpu)
