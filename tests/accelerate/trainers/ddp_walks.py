@@ -20,7 +20,11 @@ def counting_reward(samples, **kwargs):
     return reward_fn(samples)
 
 
-kwargs = {"reward_fn": counting_reward} if method == "ppo" else {}
-trainer = run(method, out, config_overrides=dict(train=dict(total_steps=4, eval_interval=4, checkpoint_interval=4)), **kwargs)
+kwargs = {"reward_fn": counting_reward} if method.startswith("ppo") else {}
+overrides = dict(train=dict(total_steps=4, eval_interval=4, checkpoint_interval=4))
+if method.endswith("_lora"):
+    method = method.removesuffix("_lora")
+    overrides["model"] = dict(peft_config={"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["c_attn"], "fan_in_fan_out": True})
+trainer = run(method, out, config_overrides=overrides, **kwargs)
 weights = torch.cat([p.detach().flatten() for p in trainer.unwrapped_model.parameters()])
 torch.save({"weights": weights, "steps": trainer.iter_count}, out / f"final_{os.environ['RANK']}.pt")

@@ -38,6 +38,14 @@ def test_ppo_on_two_processes_scores_each_sample_once_on_the_main_process(tmp_pa
 
 
 @pytest.mark.slow
+def test_ppo_with_lora_on_two_processes(tmp_path):
+    torchrun("ppo_lora", tmp_path)
+    assert (tmp_path / "ckpts" / "checkpoint_4" / "hf_model" / "adapter_config.json").is_file()
+    calls = [json.loads(line) for line in (tmp_path / "reward_calls.jsonl").read_text().splitlines()]
+    assert {c["rank"] for c in calls} == {0} and sum(c["n"] for c in calls) == 48
+
+
+@pytest.mark.slow
 def test_ilql_on_two_processes(tmp_path):
     torchrun("ilql", tmp_path)
     assert (tmp_path / "ckpts" / "checkpoint_4" / "trainer_state_1.pt").is_file()

@@ -21,6 +21,7 @@ from rlkit_methods.ilql.losses import batched_index_select
 from rlkit_methods.ilql.sampling import q_guided_logits, sync_target
 
 from rlkit_accelerate.models.blocks import capture_head_input, find_layout, position_ids_from_mask
+from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import freeze_trunk, make_head
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads
 from rlkit_accelerate.models.policy import check_unfrozen
@@ -86,7 +87,8 @@ class CausalLMWithILQLHeads(nn.Module):
         self.layout = find_layout(base_model)
         check_unfrozen("num_layers_unfrozen", num_layers_unfrozen, self.layout.num_blocks, allow_all=True)
         self.base_model = base_model
-        freeze_trunk(base_model, self.layout, num_layers_unfrozen)
+        if not is_peft_model(base_model):  # peft froze everything but the adapters
+            freeze_trunk(base_model, self.layout, num_layers_unfrozen)
         weight = self.layout.lm_head.weight
         vocab_size = weight.shape[0]
         heads = ILQLHeads(self.layout.hidden_size, vocab_size, two_qs, alpha, weight.dtype)
@@ -186,7 +188,8 @@ class CausalLMWithILQLHeads(nn.Module):
             position_ids = position_ids[:, -1:] + 1  # [B, 1]
         return samples
 
-    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
-        """An HF folder plain ``AutoModelForCausalLM`` loads, plus ``ilql_heads.safetensors``."""
-        self.base_model.save_pretrained(save_directory, **kwargs)
+    def save_pretrained(self, save_directory: str | os.PathLike, merge_adapters: bool = False, **kwargs: Any) -> None:
+        """An HF folder plain ``AutoModelForCausalLM`` loads (or, with adapters, peft loads on
+        the base model; ``merge_adapters`` merges them), plus ``ilql_heads.safetensors``."""
+        save_base_model(self.base_model, save_directory, merge_adapters, **kwargs)
         save_heads({"ilql_heads": self.ilql_heads}, Path(save_directory) / self.heads_file)

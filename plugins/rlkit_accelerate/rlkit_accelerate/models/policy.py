@@ -34,6 +34,7 @@ from rlkit_accelerate.models.blocks import (
     run_post,
     run_trunk,
 )
+from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import Branch, freeze_trunk, hydra_reference, make_head
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads
 
@@ -76,11 +77,18 @@ class CausalLMWithValueHead(nn.Module):
         trainable_top = num_blocks if num_layers_unfrozen < 0 else num_layers_unfrozen
         self.branch_index = num_blocks - max(trainable_top, num_value_layers_unfrozen)
 
-        if num_layers_unfrozen < 0:
+        self.uses_adapters = is_peft_model(base_model)
+        if self.uses_adapters:
+            # the reference is the model with its adapters disabled; peft froze the rest
+            self.reference = None
+            self.num_layers_unfrozen = num_layers_unfrozen = -1
+            self.branch_index = 0
+        elif num_layers_unfrozen < 0:
             self.reference = copy.deepcopy(base_model).requires_grad_(False).eval()
         else:
             self.reference = hydra_reference(layout, num_layers_unfrozen)
-        freeze_trunk(base_model, layout, num_layers_unfrozen)
+        if not self.uses_adapters:
+            freeze_trunk(base_model, layout, num_layers_unfrozen)
         self.value_branch = None
         if num_value_layers_unfrozen:
             self.value_branch = Branch(layout, num_value_layers_unfrozen, None, frozen=False)
@@ -99,7 +107,8 @@ class CausalLMWithValueHead(nn.Module):
 
     def train(self, mode: bool = True) -> "CausalLMWithValueHead":
         super().train(mode)
-        self.reference.eval()  # a fixed target: never dropout
+        if self.reference is not None:
+            self.reference.eval()  # a fixed target: never dropout
         return self
 
     # --- forward passes -------------------------------------------------------------------
@@ -162,6 +171,14 @@ class CausalLMWithValueHead(nn.Module):
         reference of ``num_layers_unfrozen = -1`` always needs ``input_ids``."""
         if position_ids is None and attention_mask is not None:
             position_ids = position_ids_from_mask(attention_mask)
+        if self.uses_adapters:
+            was_training = self.base_model.training
+            self.base_model.eval()  # a fixed target: never dropout
+            try:
+                with self.base_model.disable_adapter():
+                    return self.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
+            finally:
+                self.base_model.train(was_training)
         if self.num_layers_unfrozen < 0:
             if input_ids is None:
                 raise ValueError("num_layers_unfrozen=-1: the reference is a separate model; pass input_ids")
@@ -185,8 +202,9 @@ class CausalLMWithValueHead(nn.Module):
     def _heads(self) -> dict[str, nn.Module | None]:
         return {"v_head": self.v_head, "value_branch": self.value_branch}
 
-    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
-        """An HF folder plain ``AutoModelForCausalLM.from_pretrained`` loads, plus
-        ``value_head.safetensors`` for ``from_pretrained`` of this class."""
-        self.base_model.save_pretrained(save_directory, **kwargs)
+    def save_pretrained(self, save_directory: str | os.PathLike, merge_adapters: bool = False, **kwargs: Any) -> None:
+        """An HF folder plain ``AutoModelForCausalLM.from_pretrained`` loads (with adapters: the
+        adapter, which peft loads on the base model, or with ``merge_adapters`` one merged
+        model), plus ``value_head.safetensors`` for ``from_pretrained`` of this class."""
+        save_base_model(self.base_model, save_directory, merge_adapters, **kwargs)
         save_heads(self._heads(), Path(save_directory) / self.heads_file)

@@ -34,6 +34,7 @@ from rlkit_accelerate import assets
 from rlkit_accelerate.batching import pass_batches, split_microbatches
 from rlkit_accelerate.checkpoint import commit_temporary, remove_stale_temporaries, resolve_resume_path, start_temporary, temporary_for
 from rlkit_accelerate.metrics_log import MetricsLog
+from rlkit_accelerate.models.adapters import save_base_model
 from rlkit_accelerate.optim import make_optimizer, make_scheduler
 from rlkit_accelerate.reporting import print_samples
 from rlkit_accelerate.tokenizers import load_tokenizer
@@ -376,14 +377,24 @@ class AccelerateRLTrainer(ABC):
 
     # --- checkpoints -------------------------------------------------------------------------
 
-    def save_pretrained(self, directory: str | os.PathLike | None = None, **kwargs) -> None:
-        """An HF model folder (plus head weights) and the tokenizer, loadable by transformers."""
+    def save_pretrained(self, directory: str | os.PathLike | None = None, merge_adapters: bool = False, **kwargs) -> None:
+        """An HF model folder (plus head weights) and the tokenizer, loadable by transformers.
+
+        With PEFT adapters it holds the adapter (load it with peft on the base model), or with
+        ``merge_adapters=True`` one merged model for plain ``AutoModelForCausalLM``."""
         directory = Path(directory or self.checkpoint_dir / "hf_model")
         self.accelerator.wait_for_everyone()
         if self.is_main_process:
-            self.unwrapped_model.save_pretrained(directory, **kwargs)
-            self.tokenizer.save_pretrained(directory)
+            self._export(directory, merge_adapters, **kwargs)
         self.accelerator.wait_for_everyone()
+
+    def _export(self, directory: Path, merge_adapters: bool = False, **kwargs) -> None:
+        model = self.unwrapped_model
+        if getattr(model, "heads_file", None):  # a wrapper with rlkit heads
+            model.save_pretrained(directory, merge_adapters=merge_adapters, **kwargs)
+        else:
+            save_base_model(model, directory, merge_adapters, **kwargs)
+        self.tokenizer.save_pretrained(directory)
 
     def save(self, directory: str | os.PathLike | None = None) -> Path:
         """The full training state, written atomically (temporary folder, then rename)."""
@@ -406,8 +417,7 @@ class AccelerateRLTrainer(ABC):
         torch.save(state, tmp / f"trainer_state_{acc.process_index}.pt")
         if self.is_main_process:
             self.config.save_yaml(tmp / "config.yml")
-            self.unwrapped_model.save_pretrained(tmp / "hf_model")
-            self.tokenizer.save_pretrained(tmp / "hf_model")
+            self._export(tmp / "hf_model")
         acc.wait_for_everyone()
         if self.is_main_process:
             commit_temporary(directory)

@@ -7,6 +7,7 @@ import math
 from rlkit_core.errors import ConfigError
 from rlkit_accelerate import assets
 from rlkit_accelerate.models import load_causal_lm
+from rlkit_accelerate.models.adapters import apply_peft
 
 
 def load_base_model(config):
@@ -23,7 +24,8 @@ def load_base_model(config):
             path = AutoConfig.for_model(fields.pop("model_type"), **fields)
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"model.model_path: a mapping needs a known model_type and its config fields ({exc})") from None
-    return load_causal_lm(assets.resolve(path), **config.model.model_extra_configs)
+    model = load_causal_lm(assets.resolve(path), **config.model.model_extra_configs)
+    return apply_peft(model, config.model.peft_config)
 
 
 def steps_per_pass(num_items: int, batch_size: int, world_size: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rlkit_accelerate.models import find_layout, freeze_trunk
+from rlkit_accelerate.models.adapters import is_peft_model
 from rlkit_accelerate.models.policy import check_unfrozen
 from rlkit_accelerate.trainers.base import AccelerateRLTrainer
 from rlkit_accelerate.trainers.common import load_base_model, prepare_offline_learning
@@ -13,6 +14,8 @@ class AccelerateSFTTrainer(AccelerateRLTrainer):
 
     def setup_model(self):
         model = load_base_model(self.config)
+        if is_peft_model(model):
+            return model  # peft froze everything but the adapters
         layout = find_layout(model)
         check_unfrozen("num_layers_unfrozen", self.config.model.num_layers_unfrozen, layout.num_blocks, allow_all=True)
         freeze_trunk(model, layout, self.config.model.num_layers_unfrozen)

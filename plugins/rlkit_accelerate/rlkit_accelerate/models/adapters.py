@@ -1,0 +1,74 @@
+"""PEFT adapters (LoRA, IA3, ...) on a causal LM: ``model.peft_config`` in a config.
+
+With adapters the PPO reference is the same model with its adapters disabled, so there is
+no second copy; only adapter weights and rlkit's heads train.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from rlkit_core.errors import ConfigError
+
+
+def is_peft_model(model: nn.Module) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+def _linear_names(model: nn.Module) -> list[str]:
+    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"})
+
+
+def make_peft_config(peft_config: Any, task_type: str = "CAUSAL_LM"):
+    """A peft config from a dict (``{peft_type: LORA, r: 8, ...}``) or a peft config object."""
+    try:
+        import peft
+    except ImportError:
+        raise ConfigError("model.peft_config: needs the peft package; pip install peft") from None
+    if isinstance(peft_config, peft.PeftConfig):
+        config = peft_config
+    elif isinstance(peft_config, dict):
+        fields = dict(peft_config)
+        kind = str(fields.get("peft_type", "")).upper()
+        known = sorted(t.value for t in peft.PeftType)
+        if kind not in known:
+            raise ConfigError(f"model.peft_config.peft_type: unknown peft type {fields.get('peft_type')!r}; choose one of {', '.join(known)}")
+        fields["peft_type"] = kind
+        fields.setdefault("task_type", task_type)
+        try:
+            config = peft.get_peft_config(fields)
+        except TypeError as exc:
+            raise ConfigError(f"model.peft_config: {exc}") from None
+    else:
+        raise ConfigError(f"model.peft_config: expected a mapping or a peft config, got {type(peft_config).__name__}")
+    if config.is_prompt_learning:
+        raise ConfigError(
+            f"model.peft_config: {config.peft_type.value} (prompt learning) changes the sequence the heads read; "
+            "the accelerate trainers support adapter methods such as LORA or IA3"
+        )
+    return config
+
+
+def apply_peft(model: nn.Module, peft_config: Any, task_type: str = "CAUSAL_LM") -> nn.Module:
+    """Wrap ``model`` with adapters; a config naming modules the model lacks is a one-line error."""
+    if peft_config is None:
+        return model
+    import peft
+
+    config = make_peft_config(peft_config, task_type)
+    try:
+        return peft.get_peft_model(model, config)
+    except ValueError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ConfigError(f"model.peft_config: {first}; the model's linear layers are named {', '.join(_linear_names(model))}") from None
+
+
+def save_base_model(model: nn.Module, directory, merge_adapters: bool = False, **kwargs: Any) -> None:
+    """``save_pretrained``; with adapters and ``merge_adapters``, a merged plain model."""
+    if merge_adapters and is_peft_model(model):
+        import copy
+
+        model = copy.deepcopy(model).merge_and_unload()
+    model.save_pretrained(directory, **kwargs)
