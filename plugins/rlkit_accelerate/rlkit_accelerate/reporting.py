@@ -28,14 +28,23 @@ def print_samples(rows: list[dict[str, Any]], *, title: str, stats: dict[str, An
 
 
 class _Bar:
+    """Step count, the phase (train, rollout, eval) and the latest reward and loss."""
+
     def __init__(self, progress, task) -> None:
         self.progress, self.task = progress, task
+        self.latest: dict[str, str] = {}
 
     def update(self, step: int, stats: dict[str, Any]) -> None:
+        for key in ("reward/mean", "losses/total_loss", "losses/loss", "loss"):
+            if key in stats:
+                self.latest["reward" if key == "reward/mean" else key.split("/")[-1]] = _fmt(stats[key])
+        self.show_phase("train", step)
+
+    def show_phase(self, phase: str, step: int | None = None) -> None:
         if self.progress is None:
             return
-        parts = [f"{k.split('/')[-1]} {_fmt(v)}" for k, v in stats.items() if k in ("reward/mean", "losses/total_loss", "loss")]
-        self.progress.update(self.task, completed=step, description=" | ".join(parts) or "training")
+        text = " | ".join([phase] + [f"{k} {v}" for k, v in self.latest.items()])
+        self.progress.update(self.task, description=text, **({"completed": step} if step is not None else {}))
 
 
 @contextmanager

@@ -92,6 +92,7 @@ class AccelerateRLTrainer(ABC):
         self.nth_evaluation = 0
         self.position = (0, 0, 0)  # (epoch, inner epoch, next batch)
         self.best_score = -math.inf
+        self.progress_bar = None  # set while learn() runs; shows the phase
 
     # --- set-up (method trainers) ------------------------------------------------------------
 
@@ -211,6 +212,8 @@ class AccelerateRLTrainer(ABC):
         key, values = self.generate_sweep_kwarg or (None, [None])
         stats: dict[str, Any] = {}
         all_rows: list[dict[str, Any]] = []
+        if self.progress_bar is not None:
+            self.progress_bar.show_phase("eval")
         was_training = self.model.training
         self.model.eval()
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
@@ -337,6 +340,7 @@ class AccelerateRLTrainer(ABC):
         from rlkit_accelerate.reporting import progress
 
         with progress(self.total_steps, self.iter_count, enabled=self.is_main_process) as bar:
+            self.progress_bar = bar
             start_epoch, start_inner, start_batch = self.position
             for epoch in range(start_epoch, train.epochs):
                 for inner in range(start_inner if epoch == start_epoch else 0, self.n_inner_epochs):

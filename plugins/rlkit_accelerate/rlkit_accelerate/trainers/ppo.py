@@ -112,6 +112,8 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
 
         if self.prompt_pipeline is None:
             raise RlkitError("PPO has no prompts: call add_prompt_pipeline (train() does) before make_experience")
+        if self.progress_bar is not None:
+            self.progress_bar.show_phase("rollout")
         method, device = self.config.method, self.accelerator.device
         model = self.unwrapped_model
         was_training = model.training
