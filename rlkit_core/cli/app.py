@@ -80,7 +80,7 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
         return
     table = Table(title="rlkit plugins")
     for column in ("name", "distribution", "version", "provides", "status"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # never cut a name short
     for s in statuses:
         provides = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in s.provides.items()) or "-"
         status = s.status if s.error is None else f"{s.status}: {s.error}"
