@@ -1,6 +1,5 @@
 """LoRA through ``model.peft_config`` for PPO, ILQL and SFT on a causal LM."""
 
-import copy
 
 import pytest
 import torch

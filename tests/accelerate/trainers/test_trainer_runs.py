@@ -2,6 +2,8 @@
 checkpoint layout, HF export and the lifecycle hooks."""
 
 
+import json
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -74,3 +76,18 @@ def test_best_checkpoint_follows_the_eval_metric(tmp_path):
     best_step = max(evals, key=lambda r: r["reward/mean"])["step"]
     state = torch.load(best / "trainer_state_0.pt", weights_only=False)
     assert state["iter_count"] == best_step
+
+
+def test_ppo_exports_each_rollout_phase_to_rollout_logging_dir(tmp_path):
+    rollouts = tmp_path / "rollouts"
+    run("ppo", tmp_path, config_overrides=dict(train=dict(total_steps=8, rollout_logging_dir=str(rollouts))))
+    files = sorted(rollouts.glob("*.json"))
+    assert len(files) == 2  # one per finished phase: 4 steps each
+    assert len(json.loads(files[0].read_text())) == 16
+
+
+def test_best_of_n_rollouts_are_refused_not_ignored(tmp_path):
+    from rlkit_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="method.num_topk_samples"):
+        run("ppo", tmp_path, config_overrides=dict(method=dict(num_topk_samples=4)))

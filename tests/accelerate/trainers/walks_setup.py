@@ -18,8 +18,8 @@ def model_config(n_layer: int = 2, n_embd: int = 32) -> GPT2Config:
                       bos_token_id=1, eos_token_id=1, pad_token_id=0)
 
 
-def config(method: str, tmp_path, **overrides):
-    base = {"ppo": default_ppo_config, "ilql": default_ilql_config, "sft": default_sft_config}[method]()
+def config(kind: str, tmp_path, **overrides):
+    base = {"ppo": default_ppo_config, "ilql": default_ilql_config, "sft": default_sft_config}[kind]()
     train = dict(seq_length=12, batch_size=8, epochs=100, total_steps=4, checkpoint_interval=100, eval_interval=100,
                  checkpoint_dir=str(tmp_path / "ckpts"), save_best=False, seed=7)
     methods = {
@@ -35,7 +35,7 @@ def config(method: str, tmp_path, **overrides):
         tokenizer=dict(tokenizer_path="byt5"),
         optimizer=dict(kwargs=dict(lr=1e-3)),
         scheduler=dict(kwargs=dict(T_max=1000, eta_min=1e-4)),
-        method=methods[method],
+        method=methods[kind],
     )
     c = c.evolve(**overrides) if overrides else c
     c.model.model_path = model_config()

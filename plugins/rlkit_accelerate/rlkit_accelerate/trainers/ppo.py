@@ -9,6 +9,7 @@ The KL controller is updated once per rollout phase. Every phase is timed, with 
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -31,6 +32,8 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
         from rlkit_methods.ppo.store import PPORolloutStorage
 
         method = config.method
+        if method.num_topk_samples != 1:
+            raise ConfigError("method.num_topk_samples: best-of-n rollouts are not supported by AcceleratePPOTrainer yet; use 1")
         if self.reward_fn is None:
             raise ConfigError("reward: PPO needs a reward function (train(reward_fn=...) or reward: in the config)")
         self.kl_ctl = method.make_kl_controller()
@@ -172,6 +175,10 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
                 ))
         model.train(was_training)
         self.store.push(elements[:num_rollouts])
+        logging_dir = self.config.train.rollout_logging_dir
+        if logging_dir and self.is_main_process:  # the main process's rollouts of each phase
+            os.makedirs(logging_dir, exist_ok=True)
+            self.store.export_history(logging_dir)
         self.mean_kl = self._global_mean(torch.cat(all_kl))
         stats = self.rollout_stats(torch.cat(all_scores), timer, tokens)
         self.metrics_log.write(self.iter_count, "rollout", stats)
