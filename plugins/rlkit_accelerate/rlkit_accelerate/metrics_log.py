@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.jsonl"
 
 
 def _plain(value: Any) -> Any:
@@ -43,14 +44,20 @@ class MetricsLog:
         with open(self.path, "a") as handle:
             handle.write(json.dumps(record) + "\n")
 
+    def write_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        """The evaluation's samples (prompt, output, reward...), one record per evaluation."""
+        if self.enabled:
+            with open(self.path.with_name(SAMPLES_FILE), "a") as handle:
+                handle.write(json.dumps({"step": step, "samples": samples}, default=_plain) + "\n")
+
     def truncate_after(self, step: int) -> None:
         """On resume, drop records past the checkpoint's step so the log reads as one run."""
-        if not (self.enabled and self.path.exists()):
-            return
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        for path in (self.path, self.path.with_name(SAMPLES_FILE)):
+            if self.enabled and path.exists():
+                kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+                path.write_text("".join(line + "\n" for line in kept))
 
 
-def read_metrics(directory: str | Path) -> list[dict[str, Any]]:
-    path = Path(directory) / METRICS_FILE
+def read_metrics(directory: str | Path, name: str = METRICS_FILE) -> list[dict[str, Any]]:
+    path = Path(directory) / name
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

