@@ -178,8 +178,14 @@ class PluginHost:
     def _register(self, plugin: Any, status: PluginStatus) -> None:
         try:
             self.pm.register(plugin, name=status.name)
-        except Exception as exc:  # wrong hook signatures, an unknown hook name, a duplicate
+        except Exception as exc:  # wrong hook signatures, a duplicate
             status.status, status.error = "failed", _one_line(exc)
+        else:
+            try:
+                self.pm.check_pending()  # a misspelled hook name would otherwise never run
+            except pluggy.PluginValidationError as exc:
+                self.pm.unregister(name=status.name)
+                status.status, status.error = "failed", _one_line(exc)
         self.statuses[status.name] = status
         self.invalidate()
 

@@ -55,6 +55,30 @@ def load_source(source: SourceConfig, registry: Registry, path: str) -> list[Any
     return list(items)
 
 
+def check_names(config: TRLConfig, registry: Registry) -> None:
+    """Every trainer, pipeline, reward and file a config names exists (imports nothing)."""
+    errors = []
+
+    def need(kind: str, name: str, path: str, where=None) -> None:
+        if registry.find(kind, name) is None or (where and not where(registry.find(kind, name))):
+            errors.append(f"{path}: {registry.unknown_message(kind, name, where=where)}")
+
+    need("trainer", config.train.trainer, "train.trainer")
+    need("pipeline", config.train.pipeline, "train.pipeline", lambda s: s.kind == "prompt")
+    for key in ("prompts", "eval_prompts", "samples"):
+        source = getattr(config.data, key)
+        if source is not None and source.path is not None and not Path(source.path).is_file():
+            errors.append(f"data.{key}.path: file {source.path!r} not found")
+        elif source is not None and source.pipeline is not None:
+            need("pipeline", source.pipeline, f"data.{key}.pipeline", lambda s: s.kind == "source")
+    for key in ("reward", "metric"):
+        component = getattr(config, key)
+        if component is not None and component.name is not None:
+            need("reward", component.name, f"{key}.name", lambda s, kind=key: s.kind == kind)
+    if errors:
+        raise ConfigError(errors)
+
+
 def split_samples(items: list[Any]) -> tuple[list[Any], list[float] | None]:
     """``[{"sample": s, "reward": r}, ...]`` -> samples and rewards; other items pass through."""
     if items and all(isinstance(item, dict) and "reward" in item for item in items):

@@ -117,13 +117,22 @@ def config_validate(
     plugin: Optional[List[Path]] = PluginOption,
 ):
     """Check a config; prints every problem, one per line, and exits 2 if there are any."""
+    from rlkit_core.plugins import get_host
+    from rlkit_core.run import check_names
+
     resolved = _load(config, set_, plugin)
+    check_names(resolved, get_host().registry)
     err_console.print(f"[green]ok[/]: {config} (method {resolved.method.name}, trainer {resolved.train.trainer})", highlight=False)
 
 
+_CORE_COMMANDS = (list(app.registered_commands), list(app.registered_groups))
+
+
 def _add_plugin_commands() -> None:
+    """Plugins' commands for the current host; calling it again starts from the core ones."""
     from rlkit_core.plugins import get_host
 
+    app.registered_commands[:], app.registered_groups[:] = (list(x) for x in _CORE_COMMANDS)
     get_host().hook.rlkit_register_commands(app=app)
 
 

@@ -14,6 +14,7 @@ from rlkit_core.config.checks import (
     one_of,
     positive,
 )
+from rlkit_core.config.converter import expand_shorthands
 from rlkit_core.config.overrides import deep_merge, parse_set, parse_sets, unflatten
 from rlkit_core.config.schema import (
     ComponentConfig,
@@ -43,7 +44,7 @@ def load_config(
     if overrides:
         if not isinstance(overrides, Mapping):
             overrides = parse_sets(overrides)
-        raw = deep_merge(raw, unflatten(overrides))
+        raw = deep_merge(expand_shorthands(raw), unflatten(overrides))
     return TRLConfig.from_dict(raw, registry=registry)
 
 

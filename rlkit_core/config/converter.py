@@ -129,6 +129,19 @@ def _shorthand(cls: type, value: Any) -> Any:
     return value
 
 
+def expand_shorthands(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A raw config with the string shorthands of ``data.*``, ``reward`` and ``metric``
+    written out as mappings, so that overrides merge into them (``--set reward.kwargs.x=1``
+    on ``reward: vader``)."""
+    out = dict(raw)
+    if isinstance(out.get("data"), Mapping):
+        out["data"] = {k: _shorthand(SourceConfig, v) for k, v in out["data"].items()}
+    for key in ("reward", "metric"):
+        if key in out:
+            out[key] = _shorthand(ComponentConfig, out[key])
+    return out
+
+
 def structure_config_class(converter: cattrs.Converter, cls: type, value: Any) -> Any:
     """Structure ``value`` into the attrs class ``cls``, collecting every problem below it."""
     value = _shorthand(cls, value)

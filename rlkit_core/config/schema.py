@@ -50,7 +50,7 @@ class TrainConfig:
     seed: int = 1000
     minibatch_size: Optional[int] = attrs.field(default=None, validator=positive)
     # rlkit additions
-    backend: Optional[str] = None  # picks the trainer for the method when ``trainer`` is unset
+    backend: Optional[str] = None  # checked against the backend of ``trainer`` when set
     max_grad_norm: Optional[float] = attrs.field(default=None, validator=positive)  # off: trlX parity
 
 

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 import attrs
 import yaml
 
-from rlkit_core.config.converter import StructureErrors, converter, current_registry, to_plain
+from rlkit_core.config.converter import StructureErrors, converter, current_registry, expand_shorthands, to_plain
 from rlkit_core.config.overrides import deep_merge, unflatten
 from rlkit_core.config.schema import (
     ComponentConfig,
@@ -96,7 +96,7 @@ class TRLConfig:
         """
         overrides = dict(overrides or {}, **kwargs)
         base_dict = base.to_dict() if isinstance(base, TRLConfig) else dict(base)
-        return cls.from_dict(deep_merge(base_dict, unflatten(overrides)))
+        return cls.from_dict(deep_merge(expand_shorthands(base_dict), unflatten(overrides)))
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:

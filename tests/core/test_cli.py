@@ -195,3 +195,21 @@ def test_plugins_lists_every_plugin_loaded_where_importing_torch_fails(torch_poi
     rows = json.loads(result.stdout)["plugins"]
     assert {r["name"] for r in rows} >= {"rlkit_methods", "rlkit_accelerate", "rlkit_nemo"}
     assert all(r["status"] == "loaded" for r in rows), rows
+
+
+def test_validate_checks_the_names_a_config_uses(fake_host, capsys, tmp_path):
+    data = config_dict(reward="nonexist", trainer="NoTrainer", data={"prompts": {"path": str(tmp_path / "none.txt")}})
+    code, _, err = run_cli(capsys, "config", "validate", write(tmp_path, data))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 3, err
+    assert "train.trainer: unknown trainer 'NoTrainer'" in lines[0]
+    assert "data.prompts.path: file" in lines[1] and "reward.name: unknown reward 'nonexist'" in lines[2]
+
+
+def test_plugin_commands_are_added_once_per_call(fake_host, capsys):
+    from rlkit_core.cli import app
+
+    for _ in range(3):
+        run_cli(capsys, "--help")
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]
+    assert len(names) == len(set(names))

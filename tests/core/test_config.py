@@ -200,3 +200,12 @@ def test_attrs_evolve_on_a_section_validates():
     train = TrainConfig(total_steps=1, seq_length=8, epochs=1, batch_size=1, checkpoint_interval=1, eval_interval=1)
     with pytest.raises(ValueError, match="batch_size: must be > 0, got -3"):
         attrs.evolve(train, batch_size=-3)
+
+
+def test_overrides_reach_into_shorthand_sections(fake_host, tmp_path):
+    path = tmp_path / "short.yml"
+    path.write_text(yaml.safe_dump(config_dict(reward="constant", data={"prompts": "in_memory"})))
+    config = load_config(path, ["reward.kwargs.value=2", "data.prompts.kwargs.items=[a, b]"])
+    assert config.reward.name == "constant" and config.reward.kwargs == {"value": 2}
+    assert config.data.prompts.pipeline == "in_memory" and config.data.prompts.kwargs == {"items": ["a", "b"]}
+    assert TRLConfig.update(yaml.safe_load(path.read_text()), {"reward.kwargs.value": 3}).reward.kwargs == {"value": 3}

@@ -1,6 +1,6 @@
 import pytest
 
-from rlkit_core import MethodSpec, RegistryError, RewardSpec, hookimpl
+from rlkit_core import MethodSpec, PluginError, RegistryError, RewardSpec, hookimpl
 from rlkit_core.plugins import PluginHost
 from rlkit_core.registry import Registry, load_target
 from rlkit_core.testing import FakeMethodConfig
@@ -90,3 +90,17 @@ def test_load_target_imports_strings_and_passes_objects_through():
         load_target("os:no_such_attribute")
     with pytest.raises(RegistryError, match="expected 'module:attribute'"):
         load_target("os.path.join")
+
+
+def test_a_misspelled_hook_name_fails_the_plugin_instead_of_never_running():
+    class Typo:
+        @hookimpl
+        def rlkit_stepend(self, step):
+            pass
+
+    host = PluginHost(load_entry_points=False)
+    host.register(_RewardPlugin("ok:f"), "fine")
+    with pytest.raises(PluginError, match="rlkit_stepend"):
+        host.register(Typo(), "typo")
+    assert host.statuses["typo"].status == "failed" and host.pm.get_plugin("typo") is None
+    assert host.registry.get("reward", "score")
