@@ -1,13 +1,14 @@
 """The end-of-run report: what changed, how fast, and a plot.
 
 Read from a run's ``logs/metrics.jsonl`` and ``logs/samples.jsonl``: the eval reward (or
-first metric) before and after, the same eval prompts answered at the first and the last
-evaluation, where the time went per phase (with tokens/s), and ``report.png`` with reward,
-KL and losses over steps. ``rlkit report RUN_DIR`` prints it again.
+metric, per swept generation setting) before and after, the same eval prompts answered at
+the first and the last evaluation, where the time went per phase (with tokens/s), and
+``report.png`` with reward, KL and losses over steps. ``rlkit report RUN_DIR`` prints it again.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ PHASES = {
     "train: forward": "time/forward",
     "train: backward": "time/backward",
 }
-RATES = {"generate": "tokens_per_second/generate", "reference + value forward": "tokens_per_second/forward"}
+SWEPT = re.compile(r"@(?P<key>[^=]+)=(?P<value>.*)$")  # "reward/mean@beta=1"
 
 
 def logs_dir(run_dir: str | Path) -> Path:
@@ -37,10 +38,44 @@ def logs_dir(run_dir: str | Path) -> Path:
     raise RlkitError(f"{run_dir}: no {METRICS_FILE} here or in logs/; pass a run's checkpoint_dir")
 
 
-def headline(evals: list[dict[str, Any]]) -> str | None:
-    """The score the report follows: reward/mean, else the first metric."""
-    keys = [k for k in evals[0] if k.startswith("reward/mean")] or [k for k in evals[0] if k.startswith("metrics/")]
-    return keys[0] if keys else None
+def score_keys(evals: list[dict[str, Any]]) -> list[str]:
+    """The scores the report follows: ``reward/mean`` (one per swept value), else the metrics."""
+    first = evals[0]
+    return [k for k in first if k.startswith("reward/mean")] or [k for k in first if k.startswith("metrics/")]
+
+
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """The resolved config saved with the newest checkpoint, as a plain dict ({} if none)."""
+    import yaml
+
+    saved = sorted(run_dir.glob("checkpoint_*/config.yml"), key=lambda p: p.stat().st_mtime)
+    if not saved:
+        return {}
+    try:
+        return yaml.safe_load(saved[-1].read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def _rates(records: list[dict[str, Any]], ppo_epochs: int | None) -> dict[str, float]:
+    """tokens/s per phase. Generated tokens are what scoring reads; the forward passes of a
+    rollout phase see every prompt + response token, and training sees them ppo_epochs times."""
+    rollouts = [r for r in records if r["kind"] == "rollout" and "tokens_per_second/generate" in r]
+    if not rollouts:
+        return {}
+    generated = sum(r["tokens_per_second/generate"] * r["time/rollout_generate"] for r in rollouts)
+    forward = sum(r.get("tokens_per_second/forward", 0.0) * r.get("time/rollout_forward", 0.0) for r in rollouts)
+    seconds = {name: sum(float(r.get(key, 0.0) or 0.0) for r in rollouts) for name, key in
+               (("generate", "time/rollout_generate"), ("score", "time/rollout_score"), ("forward", "time/rollout_forward"))}
+    train = sum(float(r.get("time/forward", 0.0)) + float(r.get("time/backward", 0.0)) for r in records if r["kind"] == "train")
+    rates = {"rollout: generate": generated / max(seconds["generate"], 1e-9)}
+    if seconds["score"] > 0:
+        rates["rollout: score"] = generated / seconds["score"]
+    if forward and seconds["forward"] > 0:
+        rates["rollout: reference + value forward"] = forward / seconds["forward"]
+    if forward and ppo_epochs and train > 0:
+        rates["train: forward + backward"] = forward * ppo_epochs / train
+    return rates
 
 
 def summary(run_dir: str | Path) -> dict[str, Any]:
@@ -48,9 +83,13 @@ def summary(run_dir: str | Path) -> dict[str, Any]:
     records = read_metrics(logs)
     evals = [r for r in records if r["kind"] == "eval"]
     out: dict[str, Any] = {"logs": logs, "steps": max((r["step"] for r in records), default=0), "evals": evals}
-    key = headline(evals) if evals else None
-    if key:
-        out["score"], out["before"], out["after"] = key, evals[0][key], evals[-1][key]
+    keys = score_keys(evals) if evals else []
+    out["scores"] = {k: (evals[0][k], evals[-1][k]) for k in keys if k in evals[-1]}
+    if out["scores"]:
+        key = next(iter(out["scores"]))
+        out["score"], (out["before"], out["after"]) = key, out["scores"][key]
+        swept = SWEPT.search(key)
+        out["sweep"] = swept.group("key") if swept else None
     seconds: dict[str, float] = defaultdict(float)
     for record in records:
         for phase, name in PHASES.items():
@@ -58,33 +97,46 @@ def summary(run_dir: str | Path) -> dict[str, Any]:
         if record["kind"] == "eval":
             seconds["evaluation"] += sum(float(v) for k, v in record.items() if k.startswith("time/generate"))
     out["seconds"] = {k: v for k, v in seconds.items() if v > 0}
-    rollouts = [r for r in records if r["kind"] == "rollout"]
-    out["rates"] = {
-        phase: sum(r[name] for r in rollouts) / len(rollouts)
-        for phase, name in RATES.items()
-        if rollouts and all(name in r for r in rollouts)
-    }
+    if len(records) >= 2:  # from the start of the first logged phase to the last record
+        first = records[0]
+        out["wall"] = records[-1]["time"] - first["time"] + sum(float(first.get(k, 0.0)) for k in PHASES.values())
+    ppo_epochs = (run_config(logs.parent).get("method") or {}).get("ppo_epochs")
+    out["rates"] = _rates(records, ppo_epochs if isinstance(ppo_epochs, int) else None)
     samples_path = logs / SAMPLES_FILE
     out["samples"] = read_metrics(logs, SAMPLES_FILE) if samples_path.is_file() else []
     return out
 
 
+def sample_table(first: dict[str, Any], last: dict[str, Any], limit: int = 6, sweep: str | None = None) -> Table:
+    """The same eval prompts at the first and the last evaluation (``limit`` per value of the
+    swept generation setting ``sweep``, a column of its own)."""
+    swept = [sweep] if sweep and first["samples"] and sweep in first["samples"][0] else []
+    table = Table("prompt", *swept, f"step {first['step']}", f"step {last['step']}",
+                  title="The same eval prompts, before and after", show_lines=True)
+    shown: dict[tuple, int] = defaultdict(int)
+    for before, after in zip(first["samples"], last["samples"]):
+        group = tuple(str(before.get(k)) for k in swept)
+        if shown[group] < limit:
+            shown[group] += 1
+            table.add_row(before["prompt"], *group, _answer(before), _answer(after))
+    return table
+
+
 def print_report(info: dict[str, Any], console: Console | None = None, limit: int = 6) -> None:
     console = console or Console(stderr=True)
-    if "score" in info:
-        change = info["after"] - info["before"]
-        console.print(f"[bold]{info['score']}[/]: {info['before']:.4g} -> {info['after']:.4g} ({change:+.4g}) over {info['steps']} steps")
+    wall = f" in {info['wall'] / 60:.1f} min" if info.get("wall") else ""
+    for key, (before, after) in info.get("scores", {}).items():
+        console.print(f"[bold]{key}[/]: {before:.4g} -> {after:.4g} ({after - before:+.4g}) over {info['steps']} steps{wall}")
     if len(info["samples"]) >= 2:
-        first, last = info["samples"][0], info["samples"][-1]
-        table = Table("prompt", f"step {first['step']}", f"step {last['step']}", title="The same eval prompts, before and after", show_lines=True)
-        for before, after in list(zip(first["samples"], last["samples"]))[:limit]:
-            table.add_row(before["prompt"], _answer(before), _answer(after))
-        console.print(table)
+        console.print(sample_table(info["samples"][0], info["samples"][-1], limit, info.get("sweep")))
     if info["seconds"]:
         table = Table("phase", "seconds", "tokens/s", title="Where the time went")
         for phase, seconds in info["seconds"].items():
-            rate = next((f"{v:.0f}" for k, v in info["rates"].items() if phase.endswith(k)), "")
-            table.add_row(phase, f"{seconds:.1f}", rate)
+            rate = info["rates"].get(phase)
+            table.add_row(phase, f"{seconds:.1f}", f"{rate:.0f}" if rate else "")
+        train_rate = info["rates"].get("train: forward + backward")
+        if train_rate:
+            table.add_row("train: forward + backward", "", f"{train_rate:.0f}")
         console.print(table)
     if info.get("plot"):
         console.print(f"plot: {info['plot']}")
@@ -103,10 +155,11 @@ def plot(info: dict[str, Any], path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     records = read_metrics(info["logs"])
+    scores = list(info.get("scores", {}))
     panels = [
-        ("eval " + (info.get("score") or "reward"), "eval", [info.get("score")] if info.get("score") else []),
+        ("eval " + ("reward" if scores and scores[0].startswith("reward") else "metric"), "eval", scores),
         ("rollout score", "rollout", ["rollout_scores/mean"]),
-        ("KL (sqrt) and KL coefficient", "rollout", ["policy/sqrt_kl", "kl_ctl_value"]),
+        ("KL to the reference (sqrt)", "rollout", ["policy/sqrt_kl"]),
         ("losses", "train", ["losses/total_loss", "losses/policy_loss", "losses/value_loss", "losses/loss", "loss"]),
     ]
     figure, axes = plt.subplots(2, 2, figsize=(10, 7))
@@ -119,15 +172,23 @@ def plot(info: dict[str, Any], path: str | Path) -> Path:
                 drawn = True
         ax.set_title(title)
         ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
         if drawn:
             ax.legend(fontsize=8)
         else:
             ax.text(0.5, 0.5, "not logged by this method", ha="center", va="center", transform=ax.transAxes)
+    figure.suptitle(_title(info))
     figure.tight_layout()
     path = Path(path)
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
+
+
+def _title(info: dict[str, Any]) -> str:
+    if "score" not in info:
+        return f"{info['logs'].parent.name}: {info['steps']} steps"
+    return f"{info['logs'].parent.name}: {info['score']} {info['before']:.3f} -> {info['after']:.3f} in {info['steps']} steps"
 
 
 def report(run_dir: str | Path, console: Console | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ def test_every_run_ends_with_a_report_and_a_plot(tmp_path):
     assert [e["step"] for e in info["evals"]] == [0, 2, 4]
     assert info["before"] == info["evals"][0]["reward/mean"] and info["after"] == info["evals"][-1]["reward/mean"]
     assert {"rollout: generate", "rollout: score", "train: forward", "evaluation"} <= set(info["seconds"])
-    assert info["rates"]["generate"] > 0
+    assert info["rates"]["rollout: generate"] > 0
     assert [s["step"] for s in info["samples"]] == [0, 2, 4]
 
 
