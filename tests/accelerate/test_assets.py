@@ -120,3 +120,18 @@ def test_a_misspelled_source_lists_the_known_ones(name):
 @pytest.mark.parametrize("path", ["gpt2", "org/model", "./smollm2-135", 42])
 def test_other_paths_pass_through(path):
     assert assets.resolve(path) == path
+
+
+def test_converting_leaves_the_random_state_alone(fake_wheel, monkeypatch):
+    """from_config draws random init weights; a converting run must train like a cached one."""
+    import torch
+
+    package, calls = fake_wheel
+    fake = assets.convert
+    monkeypatch.setattr(assets, "convert", lambda gguf, folder: (torch.rand(100), fake(gguf, folder)))
+    torch.manual_seed(0)
+    assets.resolve("smollm2-135m")
+    after_converting = torch.rand(3)
+    torch.manual_seed(0)
+    assets.resolve("smollm2-135m")  # cached
+    assert len(calls) == 1 and torch.equal(torch.rand(3), after_converting)

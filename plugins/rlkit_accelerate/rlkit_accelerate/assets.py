@@ -107,8 +107,11 @@ def materialize(name: str) -> Path:
     tmp = target.parent / f".tmp-{target.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    import torch
+
     try:
-        convert(gguf, tmp)
+        with torch.random.fork_rng(devices=[]):  # a first (converting) run trains like a cached one
+            convert(gguf, tmp)
         (tmp / MANIFEST).write_text(json.dumps(_manifest(gguf, tmp), indent=1) + "\n")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
