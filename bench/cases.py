@@ -1,0 +1,81 @@
+"""The bench's cases: which sides run, in which environment, and what is compared.
+
+A side is either a worker script in ``bench/`` (it writes a result JSON holding the case's
+metric) or a command the runner times from outside (start-up). Exactly one side of a case
+may be the reference (the peer) that the others are compared with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str
+    env: str  # "rlkit": the project's interpreter; "peer": the peer's (TRL's) interpreter
+    script: str = ""  # worker in bench/, run as `python bench/<script> --spec --out --variant`
+    variant: str = ""
+    command: tuple[str, ...] = ()  # for timed commands: argv after the interpreter ("{rlkit}" = the rlkit CLI)
+    reference: bool = False
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    title: str
+    metric: str  # key of the worker's result, or "process_s" for a timed command (CPU time on cpu, else wall)
+    unit: str
+    higher_is_better: bool
+    sides: tuple[Side, ...]
+    note: str = ""
+    warmup: bool = False  # run every side once untimed first (file-system caches, .pyc files)
+
+    @property
+    def reference(self) -> Side | None:
+        return next((s for s in self.sides if s.reference), None)
+
+
+CASES = {
+    "ppo": Case(
+        "ppo", "one PPO step (8 prompts x 32 new tokens, 4 PPO epochs)", "step_s", "s", False,
+        (
+            Side("TRL 0.29.1 PPO", "peer", "ppo_trl.py", reference=True),
+            Side("rlkit unfrozen=2", "rlkit", "ppo_rlkit.py", "k2"),
+            Side("rlkit unfrozen=-1", "rlkit", "ppo_rlkit.py", "all"),
+        ),
+        note="TRL: policy + separate reference + value and reward models (sequence classifiers); "
+        "rlkit: hydra reference for unfrozen=2, a frozen copy for -1, a cheap reward function",
+    ),
+    "generate": Case(
+        "generate", "sampling 8 prompts x 32 new tokens", "tokens_per_s", "tok/s", True,
+        (
+            Side("plain model.generate", "peer", "generate_worker.py", "plain", reference=True),
+            Side("rlkit rollout generate", "rlkit", "generate_worker.py", "rlkit"),
+        ),
+    ),
+    "ilql": Case(
+        "ilql", "ILQL training on randomwalks (batch 100)", "samples_per_s", "samples/s", True,
+        (Side("rlkit ILQL", "rlkit", "ilql_rlkit.py"),),
+        note="TRL 0.29 has no ILQL: rlkit's figure alone",
+    ),
+    "startup": Case(
+        "startup", "CLI start-up", "process_s", "s", False,
+        (
+            Side("python -c 'import typer, rich'", "rlkit", command=("-c", "import typer, rich"), reference=True),
+            Side("rlkit --help", "rlkit", command=("{rlkit}", "--help")),
+            Side("rlkit plugins", "rlkit", command=("{rlkit}", "plugins")),
+        ),
+        note="target: rlkit --help within 2.5x the bare import",
+        warmup=True,
+    ),
+}
+
+
+def select(names: str) -> list[Case]:
+    """``"ppo,generate"`` -> those cases, in the order given; an unknown name is an error."""
+    chosen = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in CASES]
+    if unknown or not chosen:
+        raise ValueError(f"--cases: unknown case {', '.join(unknown) or '(none given)'}; choose from {','.join(CASES)}")
+    return [CASES[n] for n in chosen]

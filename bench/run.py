@@ -1,0 +1,222 @@
+"""rlkit against its peer on the same work: one command, a table and a JSON file.
+
+    python bench/run.py [--cases ppo,generate,ilql,startup] [--repeats 3] [--device cpu|cuda]
+                        [--json bench/results/latest.json] [--peer-python PATH] [--model smollm2-135m|FOLDER]
+
+Every measurement runs in its own subprocess (peak RSS is that process's alone, from
+``os.wait4``), sides interleaved A B A B ... On CPU every process is pinned to
+``--threads`` (default 1) threads. The peer (TRL 0.29.1) runs in ``bench/.venv-trl``,
+created on first use, or in ``--peer-python``. Run it from the project's venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from cases import Case, Side, select  # noqa: E402
+from peer import PeerError, ensure_peer  # noqa: E402
+from report import case_table, phase_table, summarize_case  # noqa: E402
+from stats import interleaved  # noqa: E402
+
+PROMPTS = BENCH / "data" / "imdb_prompts.json"
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", default="ppo,generate,ilql,startup", help="comma-separated: ppo,generate,ilql,startup")
+    p.add_argument("--repeats", type=int, default=3, help="runs per side, interleaved")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="default: float32 on cpu, bfloat16 on cuda")
+    p.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads per process on cpu")
+    p.add_argument("--model", default="smollm2-135m", help="rlkit model source name or a model folder (both sides load it)")
+    p.add_argument("--peer-python", default=None, help="interpreter with trl 0.29.1 (default: create bench/.venv-trl)")
+    p.add_argument("--ppo-epochs", type=int, default=4)
+    p.add_argument("--batch", type=int, default=8, help="prompts per PPO step / generate call (at most 8 fixed prompts x k)")
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--ilql-steps", type=int, default=12, help="ILQL optimizer steps timed per run")
+    p.add_argument("--json", default=str(BENCH / "results" / "latest.json"), help="where to write all measurements")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per measurement before it counts as failed")
+    args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f"--repeats: must be >= 1, got {args.repeats}")
+    if args.batch < 1 or args.new_tokens < 1 or args.ppo_epochs < 1:
+        p.error("--batch, --new-tokens and --ppo-epochs must be >= 1")
+    try:
+        args.case_list = select(args.cases)
+    except ValueError as exc:
+        p.error(str(exc))
+    args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    return args
+
+
+def child_env(args: argparse.Namespace) -> dict[str, str]:
+    env = {**os.environ, **OFFLINE, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    if args.device == "cpu":
+        threads = str(args.threads)
+        env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+def resolve_model(name: str, python: str, env: dict[str, str]) -> str:
+    """A folder as is; an rlkit model source (``smollm2-135m``) becomes its cached safetensors
+    folder (converted once from the GGUF), so both sides ``from_pretrained`` the same weights."""
+    if Path(name).is_dir():
+        return str(Path(name).resolve())
+    code = "import sys; from rlkit_accelerate.assets import resolve; print(resolve(sys.argv[1]))"
+    done = subprocess.run([python, "-c", code, name], capture_output=True, text=True, env=env)
+    folder = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""
+    if not Path(folder).is_dir():
+        tail = (done.stderr.strip().splitlines() or ["not a folder"])[-1]
+        raise SystemExit(f"bench: --model {name}: neither a folder nor a model source rlkit can materialize ({tail})")
+    return folder
+
+
+def rlkit_cli(python: str) -> list[str]:
+    """The ``rlkit`` console script beside the interpreter, else the same entry called inline."""
+    script = Path(python).parent / "rlkit"
+    if script.is_file():
+        return [str(script)]
+    if shutil.which("rlkit"):  # pip install --target puts it in <target>/bin (bench/gpu.sh adds that to PATH)
+        return [shutil.which("rlkit")]
+    return [python, "-c", "import sys; sys.argv[0] = 'rlkit'; from rlkit_core.cli import main; sys.exit(main())"]
+
+
+def measure(argv: list[str], env: dict[str, str], timeout: int, log: Path) -> dict[str, Any]:
+    """Run one process; its wall and CPU time, exit code and own peak RSS (``wait4``: this
+    child only, not the maximum over every child so far as ``RUSAGE_CHILDREN`` would give)."""
+    with open(log, "w") as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=BENCH.parent)
+        deadline = start + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.005)
+        wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "returncode": proc.returncode,
+            "peak_rss_bytes": usage.ru_maxrss * 1024, "timed_out": wall > timeout}
+
+
+def run_side(case: Case, side: Side, rep: int, args: argparse.Namespace, pythons: dict[str, str],
+             spec_path: Path, workdir: Path, env: dict[str, str]) -> dict[str, Any]:
+    python = pythons[side.env]
+    out_path = workdir / f"{case.name}-{case.sides.index(side)}-{rep}.json"
+    out_path.unlink(missing_ok=True)
+    if side.script:
+        argv = [python, str(BENCH / side.script), "--spec", str(spec_path), "--out", str(out_path), "--variant", side.variant]
+    else:
+        argv = [part for token in side.command for part in (rlkit_cli(python) if token == "{rlkit}" else [token])]
+        if argv[0] != python and not Path(argv[0]).name.startswith("rlkit"):
+            argv = [python, *argv]
+    load = os.getloadavg()[0]
+    run = measure(argv, env, args.timeout, out_path.with_suffix(".log"))
+    run.update(rep=rep, argv=argv, load_before=load, error=None)
+    if run["returncode"] != 0 or (side.script and not out_path.exists()):
+        tail = out_path.with_suffix(".log").read_text(errors="replace").strip().splitlines()[-3:]
+        run["error"] = f"exit {run['returncode']}{' (timed out)' if run['timed_out'] else ''}: " + " / ".join(tail)
+        print(f"  {side.name} rep {rep}: FAILED {run['error']}", file=sys.stderr)
+        return run
+    run["result"] = json.loads(out_path.read_text()) if side.script else {}
+    if case.metric == "process_s":  # a timed command: CPU time on a shared CPU (see harness.clock)
+        run["metric"] = run["cpu_s"] if args.device == "cpu" else run["wall_s"]
+    else:
+        run["metric"] = float(run["result"][case.metric])
+    print(f"  {side.name} rep {rep}: {case.metric}={run['metric']:.3f} peak RSS {run['peak_rss_bytes'] / 1e9:.2f} GB "
+          f"(load avg {load:.2f})", file=sys.stderr)
+    return run
+
+
+def machine(args: argparse.Namespace, peer_versions: dict[str, str] | None) -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                cpu = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {
+        "when_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "cpu": cpu or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),
+        "device": args.device, "dtype": args.dtype, "threads": args.threads if args.device == "cpu" else None,
+        "peer": peer_versions, "load_avg_start": os.getloadavg()[0],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    env = child_env(args)
+    rlkit_python = sys.executable
+    pythons = {"rlkit": rlkit_python}
+    peer_versions = None
+    if any(s.env == "peer" for c in args.case_list for s in c.sides):
+        try:
+            pythons["peer"], peer_versions = ensure_peer(args.peer_python)
+        except PeerError as exc:
+            raise SystemExit(f"bench: {exc}")
+    needs_model = any(c.name in ("ppo", "generate") for c in args.case_list)
+    prompts = json.loads(PROMPTS.read_text())["prompts"]
+    spec = {
+        "device": args.device, "dtype": args.dtype, "threads": args.threads, "seed": 0,
+        "model": resolve_model(args.model, rlkit_python, env) if needs_model else None,
+        "prompts": [prompts[i % len(prompts)] for i in range(args.batch)],
+        "ppo": {"batch_size": args.batch, "new_tokens": args.new_tokens, "ppo_epochs": args.ppo_epochs,
+                "seq_length": 32 + args.new_tokens, "lr": 1e-5, "kl_coef": 0.05, "vf_coef": 0.1},
+        "generate": {"calls": 3},
+        "ilql": {"config": str(BENCH.parent / "examples" / "randomwalks" / "ilql_randomwalks.yml"), "steps": args.ilql_steps},
+    }
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    workdir = BENCH / "results" / stamp
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec_path = workdir / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=1))
+    report: dict[str, Any] = {"machine": machine(args, peer_versions), "spec": spec, "command": sys.argv, "cases": {}}
+    failed = False
+    for case in args.case_list:
+        print(f"bench: {case.name} ({args.repeats} x {len(case.sides)} runs)", file=sys.stderr)
+        runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in case.sides}
+        by_name = {s.name: s for s in case.sides}
+        if case.warmup:
+            for side in case.sides:
+                run_side(case, side, -1, args, pythons, spec_path, workdir, env)
+        for rep, name in interleaved(list(by_name), args.repeats):
+            runs[name].append(run_side(case, by_name[name], rep, args, pythons, spec_path, workdir, env))
+        sides = summarize_case(case, runs)
+        failed |= any(entry["failed"] for entry in sides.values())
+        report["cases"][case.name] = {"title": case.title, "metric": case.metric, "unit": case.unit, "note": case.note,
+                                      "summary": sides, "runs": runs}
+        print("\n" + case_table(case, sides))
+        phases = phase_table(case, runs)
+        if phases:
+            print("\n" + phases)
+        sys.stdout.flush()
+    report["machine"]["load_avg_end"] = os.getloadavg()[0]
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    m = report["machine"]
+    print(f"\n{m['when_utc']} UTC, {m['cpu']}, {m['cores']} cores, {args.device} {args.dtype}, "
+          f"threads={m['threads']}, load avg {m['load_avg_start']:.2f} -> {m['load_avg_end']:.2f}; JSON: {args.json}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

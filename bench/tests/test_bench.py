@@ -1,0 +1,162 @@
+"""The bench's own logic: statistics, run order, per-process memory, phase accounting and
+the tables. No test here times anything real (timings are the bench's output, not a test)."""
+
+import sys
+
+import pytest
+
+import harness
+import report
+import run
+from cases import CASES, Case, Side, select
+from peer import PeerError, ensure_peer
+from stats import interleaved, speedup, summarize
+
+
+def test_summary_median_spread_and_quartiles():
+    s = summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (s.median, s.low, s.high, s.q1, s.q3, s.n) == (3.0, 1.0, 5.0, 2.0, 4.0, 5)
+    assert s.spread(1) == "1.0-5.0 (IQR 2.0-4.0)"
+    assert summarize([2.0, 4.0]).median == 3.0
+    with pytest.raises(ValueError, match="no measurements"):
+        summarize([])
+
+
+def test_speedup_reads_times_and_throughputs_the_right_way_round():
+    assert speedup(10.0, 30.0, higher_is_better=False) == 3.0  # rlkit 10 s, peer 30 s
+    assert speedup(300.0, 100.0, higher_is_better=True) == 3.0  # rlkit 300 tok/s, peer 100
+    assert speedup(2.0, 1.0, higher_is_better=False) == 0.5
+    with pytest.raises(ValueError):
+        speedup(0.0, 1.0, higher_is_better=False)
+
+
+def test_sides_are_interleaved_per_repetition():
+    assert interleaved(["A", "B", "C"], 2) == [(0, "A"), (0, "B"), (0, "C"), (1, "A"), (1, "B"), (1, "C")]
+    with pytest.raises(ValueError, match="repeats"):
+        interleaved(["A"], 0)
+
+
+def test_case_selection_keeps_order_and_names_the_choices():
+    assert [c.name for c in select("startup, ppo")] == ["startup", "ppo"]
+    with pytest.raises(ValueError, match="unknown case pp0; choose from ppo,generate,ilql,startup"):
+        select("ppo,pp0")
+    for case in CASES.values():  # every case compares against at most one peer
+        assert sum(s.reference for s in case.sides) <= 1
+
+
+def test_bad_arguments_fail_with_one_line(capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--cases", "grpo"])
+    assert "unknown case grpo" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run.parse_args(["--repeats", "0"])
+    assert run.parse_args(["--device", "cuda"]).dtype == "bfloat16"
+    assert run.parse_args([]).dtype == "float32"
+
+
+def test_peak_memory_is_per_process(tmp_path):
+    big = run.measure([sys.executable, "-c", "b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])"], {}, 60, tmp_path / "a.log")
+    small = run.measure([sys.executable, "-c", "pass"], {}, 60, tmp_path / "b.log")
+    assert big["returncode"] == 0 and small["returncode"] == 0
+    assert big["peak_rss_bytes"] > 300 * 2**20
+    assert small["peak_rss_bytes"] < 100 * 2**20  # not the maximum over all children so far
+
+
+def test_a_failing_or_hanging_process_is_reported(tmp_path):
+    failed = run.measure([sys.executable, "-c", "raise SystemExit(3)"], {}, 60, tmp_path / "a.log")
+    assert failed["returncode"] == 3 and not failed["timed_out"]
+    hung = run.measure([sys.executable, "-c", "import time; time.sleep(30)"], {}, 1, tmp_path / "b.log")
+    assert hung["timed_out"] and hung["returncode"] != 0
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_phase_timer_charges_nested_calls_to_their_own_phase():
+    clock = FakeClock()
+    timer = harness.PhaseTimer(clock_fn=clock, wall_fn=lambda: 3 * clock())  # wall: 3x slower neighbours
+
+    class Model:
+        def inner(self):
+            clock.now += 4.0
+
+        def outer(self):
+            clock.now += 1.0
+            self.inner()
+            clock.now += 5.0
+
+    model = Model()
+    timer.wrap(model, "inner", "rollout/inner")
+    timer.wrap(model, "outer", "rollout/outer")
+    with timer.section("other"):
+        model.outer()
+        model.inner()
+        clock.now += 2.0
+    assert timer.seconds == {"rollout/inner": 8.0, "rollout/outer": 6.0, "other": 2.0}
+    assert timer.calls == {"rollout/inner": 2, "rollout/outer": 1, "other": 1}
+    assert sum(timer.seconds.values()) == clock.now  # phases add up to the elapsed time, never more
+    assert timer.wall == {"rollout/inner": 24.0, "rollout/outer": 18.0, "other": 6.0}
+
+
+def test_cpu_runs_are_timed_by_cpu_time_and_gpu_runs_by_wall_time():
+    assert harness.clock("cpu") is harness.time.process_time
+    assert harness.clock("cuda") is harness.time.perf_counter
+
+
+def _runs(values, rss, phases=None):
+    return [{"error": None, "metric": v, "peak_rss_bytes": m, "result": {"phases": phases} if phases else {}}
+            for v, m in zip(values, rss)]
+
+
+def test_case_summary_compares_every_side_with_the_peer():
+    case = Case("x", "t", "step_s", "s", False, (Side("peer", "peer", reference=True), Side("ours", "rlkit"), Side("broken", "rlkit")))
+    runs = {"peer": _runs([30.0, 28.0, 29.0], [6e9] * 3), "ours": _runs([10.0, 9.0, 11.0], [2e9, 2.4e9, 2e9]),
+            "broken": [{"error": "exit 1"}]}
+    sides = report.summarize_case(case, runs)
+    assert sides["ours"]["speedup"] == pytest.approx(29.0 / 10.0)
+    assert sides["ours"]["memory_ratio"] == pytest.approx(2e9 / 6e9)
+    assert sides["broken"] == {"runs": 1, "failed": 1}
+    table = report.case_table(case, sides)
+    assert "2.90x faster" in table and "0.33x" in table and "failed" in table and "peer (peer)" in table
+
+
+def test_phase_table_shows_medians_and_their_total():
+    case = Case("ppo", "t", "step_s", "s", False, (Side("a", "rlkit"),))
+    runs = {"a": _runs([1, 1, 1], [1, 1, 1], {"gen": 1.0, "train": 3.0})}
+    runs["a"][1]["result"]["phases"] = {"gen": 2.0, "train": 5.0}
+    runs["a"][2]["result"]["phases"] = {"gen": 3.0, "train": 4.0}
+    text = report.phase_table(case, runs)
+    assert "| gen          | 2.00 |" in text and "| train        | 4.00 |" in text and "| total (step) | 6.00 |" in text
+
+
+def test_peer_python_with_another_trl_is_refused(monkeypatch):
+    import peer
+
+    monkeypatch.setattr(peer, "versions", lambda python: {"trl": "1.2.0", "torch": "2.11.0", "transformers": "5.17.0"})
+    with pytest.raises(PeerError, match="has trl 1.2.0, the bench compares with trl 0.29.1; install trl==0.29.1 there"):
+        ensure_peer("python3")
+    monkeypatch.setattr(peer, "versions", lambda python: {"trl": "0.29.1", "torch": "2.11.0", "transformers": "5.17.0"})
+    assert ensure_peer("python3") == ("python3", {"trl": "0.29.1", "torch": "2.11.0", "transformers": "5.17.0"})
+
+
+def test_versions_names_an_interpreter_that_cannot_import_torch(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named torch' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(PeerError, match="cannot import torch/transformers: ModuleNotFoundError"):
+        ensure_peer(str(fake))
+
+
+def test_step_summary_splits_rollout_train_and_load():
+    timer = harness.PhaseTimer()
+    for phase, seconds in {"load": 9.0, "rollout/generate": 2.0, "rollout/reward": 1.0, "train/backward": 4.0, "other": 0.5}.items():
+        timer.charge(phase, seconds)
+    summary = timer.step_summary()
+    assert (summary["step_s"], summary["rollout_s"], summary["train_s"], summary["load_s"]) == (7.5, 3.0, 4.0, 9.0)
+    assert summary["step_wall_s"] == 7.5 and summary["clock"] == "cpu"
+    assert "load" not in summary["phases"]
