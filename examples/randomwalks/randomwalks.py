@@ -3,9 +3,12 @@
     python examples/randomwalks/randomwalks.py sft  [--set train.total_steps=100 ...]
     python examples/randomwalks/randomwalks.py ilql
     python examples/randomwalks/randomwalks.py ppo   # starts from the SFT checkpoint
+    python examples/randomwalks/randomwalks.py ilql --arch t5   # a tiny T5 (sft, ilql, ppo)
 
-Each loads the YAML beside this file; ILQL also gets the graph as a logit mask, so that
-Q-guided sampling only takes edges that exist (trlX's example does the same).
+Each loads the YAML beside this file (``{method}_t5_randomwalks.yml`` for ``--arch t5``); ILQL
+also gets the graph as a logit mask, so that Q-guided sampling only takes edges that exist
+(trlX's example does the same). For an encoder-decoder model each walk is a
+``[start letter, rest]`` pair: the start is the encoder's prompt, as in evaluation.
 """
 
 from __future__ import annotations
@@ -40,18 +43,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("method", choices=["sft", "ilql", "ppo"])
     parser.add_argument("--set", dest="sets", action="append", default=[], help="config override k=v")
+    parser.add_argument("--arch", choices=["gpt2", "t5"], default="gpt2", help="the example's model")
     parser.add_argument("--greedy-eval", action="store_true", help="after training, evaluate once more with greedy decoding")
     args = parser.parse_args()
-    config = rlkit.load_config(HERE / f"{args.method}_randomwalks.yml", args.sets)
+    infix = "_t5" if args.arch == "t5" else ""
+    config = rlkit.load_config(HERE / f"{args.method}{infix}_randomwalks.yml", args.sets)
     task = random_walks(seed=1000)
+    walks = task.walks
+    if config.model.model_arch_type == "seq2seq":
+        walks = [[walk[:1], walk[1:]] for walk in walks]  # the start is the prompt, as in evaluation
     eval_prompts = task.eval_prompts * 50  # 50 samples per start letter, as trlX evaluates
     start = time.time()
     if args.method == "sft":
-        trainer = rlkit.train(samples=task.walks, eval_prompts=eval_prompts, metric_fn=task.metric, config=config)
+        trainer = rlkit.train(samples=walks, eval_prompts=eval_prompts, metric_fn=task.metric, config=config)
     elif args.method == "ilql":
-        rewards = [task.optimality(walk) for walk in task.walks]
+        rewards = [task.optimality(walk) for walk in task.walks]  # the same order as ``walks``
         mask = token_logit_mask(task, ByT5Tokenizer())
-        trainer = rlkit.train(samples=task.walks, rewards=rewards, eval_prompts=eval_prompts, metric_fn=task.metric,
+        trainer = rlkit.train(samples=walks, rewards=rewards, eval_prompts=eval_prompts, metric_fn=task.metric,
                               config=config, logit_mask=mask)
     else:
         reward = lambda samples, **kwargs: task.metric(samples)["optimality"]  # noqa: E731

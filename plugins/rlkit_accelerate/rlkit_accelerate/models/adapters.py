@@ -65,10 +65,16 @@ def apply_peft(model: nn.Module, peft_config: Any, task_type: str = "CAUSAL_LM")
         raise ConfigError(f"model.peft_config: {first}; the model's linear layers are named {', '.join(_linear_names(model))}") from None
 
 
-def save_base_model(model: nn.Module, directory, merge_adapters: bool = False, **kwargs: Any) -> None:
-    """``save_pretrained``; with adapters and ``merge_adapters``, a merged plain model."""
+def save_base_model(model: nn.Module, directory, merge_adapters: bool = False, state_dict: dict[str, Any] | None = None,
+                    **kwargs: Any) -> None:
+    """``save_pretrained``; with adapters and ``merge_adapters``, a merged plain model.
+
+    ``state_dict``: the model's full state gathered from a sharded engine (ZeRO-3, FSDP)."""
     if merge_adapters and is_peft_model(model):
+        if state_dict is not None:
+            raise ConfigError("merge_adapters: not available while the model is sharded (FSDP); save the adapter, "
+                              "then merge it on one process with peft's merge_and_unload")
         import copy
 
         model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(directory, **kwargs)
+    model.save_pretrained(directory, state_dict=state_dict, **kwargs)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -25,6 +25,7 @@ from rlkit_methods.data.padding import position_ids_from_mask
 __all__ = [
     "BranchInput",
     "DecoderLayout",
+    "capture_block_input",
     "capture_head_input",
     "find_decoder_blocks",
     "find_layout",
@@ -154,6 +155,27 @@ def find_layout(model: nn.Module) -> DecoderLayout:
     return layout
 
 
+def capture_block_input(target: nn.Module, run: Callable[[], Any]) -> tuple[torch.Tensor, tuple, dict[str, Any]]:
+    """Call ``run()`` and stop it when it reaches ``target``: (hidden, other args, kwargs)."""
+    captured: dict[str, Any] = {}
+
+    def stop(module, args, kwargs):
+        captured["args"], captured["kwargs"] = args, dict(kwargs)
+        raise _StopForward
+
+    handle = target.register_forward_pre_hook(stop, with_kwargs=True)
+    try:
+        run()
+    except _StopForward:
+        pass
+    finally:
+        handle.remove()
+    if not captured:
+        raise RlkitError(f"the forward pass never reached {type(target).__name__}")
+    args, kwargs = captured["args"], captured["kwargs"]
+    return (args[0], tuple(args[1:]), kwargs) if args else (kwargs.pop("hidden_states"), (), kwargs)
+
+
 def run_trunk(
     model: nn.Module,
     layout: DecoderLayout,
@@ -168,31 +190,28 @@ def run_trunk(
         target = layout.blocks[index]
     else:
         target = layout.post[0] if layout.post else layout.lm_head
-    captured: dict[str, Any] = {}
+    hidden, args, kwargs = capture_block_input(
+        target,
+        lambda: model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False),
+    )
+    return BranchInput(hidden=hidden, index=index, args=args, kwargs=kwargs)
 
-    def stop(module, args, kwargs):
-        captured["args"], captured["kwargs"] = args, dict(kwargs)
-        raise _StopForward
 
-    handle = target.register_forward_pre_hook(stop, with_kwargs=True)
-    try:
-        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-    except _StopForward:
-        pass
-    finally:
-        handle.remove()
-    if not captured:
-        raise RlkitError(f"{type(model).__name__}: the forward pass never reached block {index}")
-    args, kwargs = captured["args"], captured["kwargs"]
-    hidden, args = (args[0], args[1:]) if args else (kwargs.pop("hidden_states"), ())
-    return BranchInput(hidden=hidden, index=index, args=tuple(args), kwargs=kwargs)
+# T5 blocks return (hidden, self-attention bias, cross-attention bias): the first block computes
+# the relative position biases and the model hands them to every later block.
+_PASSED_ON_BIASES = {"position_bias": 1, "encoder_decoder_position_bias": 2}
 
 
 def run_blocks(blocks: Sequence[nn.Module], hidden: torch.Tensor, branch: BranchInput) -> torch.Tensor:
-    """Apply ``blocks`` in order with the arguments the model gave its own blocks."""
+    """Apply ``blocks`` in order with the arguments the model gave its own blocks (and, for
+    T5-style blocks given their arguments by name, the biases each block passes on)."""
+    kwargs = dict(branch.kwargs)
     for block in blocks:
-        out = block(hidden, *branch.args, **branch.kwargs)
+        out = block(hidden, *branch.args, **kwargs)
         hidden = out[0] if isinstance(out, tuple) else out  # [B, T, H]
+        for name, slot in _PASSED_ON_BIASES.items():
+            if name in kwargs and isinstance(out, tuple) and len(out) > slot and out[slot] is not None:
+                kwargs[name] = out[slot]
     return hidden
 
 

@@ -36,7 +36,7 @@ from rlkit_accelerate.models.blocks import (
 )
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import Branch, freeze_trunk, hydra_reference, make_head
-from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads
+from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
 
 
 @dataclass
@@ -152,11 +152,33 @@ class CausalLMWithValueHead(nn.Module):
         position_ids: torch.Tensor | None = None,
         trunk: BranchInput | None = None,
         return_hidden: bool = False,
+        response_ids: torch.Tensor | None = None,
+        response_mask: torch.Tensor | None = None,
     ) -> PolicyOutput:
-        """Logits and values. ``position_ids`` default to following the real tokens."""
+        """Logits and values. ``position_ids`` default to following the real tokens.
+
+        With ``response_ids`` (the interface the seq2seq policy shares), ``input_ids`` are the
+        left-padded prompts and the outputs cover the response only: logits [B, R, V]
+        predicting each response token and values [B, R] of the states before them."""
+        if response_ids is not None:
+            input_ids, attention_mask = _join(input_ids, attention_mask, response_ids, response_mask)
+            out = self.forward_top(self.forward_trunk(input_ids, attention_mask), return_hidden=return_hidden)
+            return _response_part(out, response_ids.shape[1])
         if trunk is None:
             trunk = self.forward_trunk(input_ids, attention_mask, position_ids)
         return self.forward_top(trunk, return_hidden=return_hidden)
+
+    @torch.no_grad()
+    def score_rollout(self, input_ids, attention_mask, response_ids, response_mask) -> tuple[PolicyOutput, torch.Tensor]:
+        """Policy logits and values and reference logits over the response positions, with
+        the frozen trunk run once for both."""
+        joined_ids, joined_mask = _join(input_ids, attention_mask, response_ids, response_mask)
+        position_ids = position_ids_from_mask(joined_mask)
+        trunk = self.forward_trunk(joined_ids, joined_mask, position_ids)
+        R = response_ids.shape[1]
+        out = _response_part(self.forward_top(trunk), R)
+        reference = self.forward_reference(joined_ids, joined_mask, position_ids, trunk=trunk)
+        return out, reference[:, -R - 1 : -1]
 
     @torch.no_grad()
     def forward_reference(
@@ -202,9 +224,25 @@ class CausalLMWithValueHead(nn.Module):
     def _heads(self) -> dict[str, nn.Module | None]:
         return {"v_head": self.v_head, "value_branch": self.value_branch}
 
-    def save_pretrained(self, save_directory: str | os.PathLike, merge_adapters: bool = False, **kwargs: Any) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike, merge_adapters: bool = False,
+                        state_dict: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """An HF folder plain ``AutoModelForCausalLM.from_pretrained`` loads (with adapters: the
         adapter, which peft loads on the base model, or with ``merge_adapters`` one merged
         model), plus ``value_head.safetensors`` for ``from_pretrained`` of this class."""
-        save_base_model(self.base_model, save_directory, merge_adapters, **kwargs)
-        save_heads(self._heads(), Path(save_directory) / self.heads_file)
+        save_base_model(self.base_model, save_directory, merge_adapters, substate(state_dict, "base_model"), **kwargs)
+        save_heads(self._heads(), Path(save_directory) / self.heads_file, state_dict)
+
+
+def _join(query, query_mask, response, response_mask) -> tuple[torch.Tensor, torch.Tensor]:
+    """[left-padded prompt, right-padded response] and its attention mask."""
+    if query_mask is None:
+        query_mask = torch.ones_like(query)
+    if response_mask is None:
+        response_mask = torch.ones_like(response)
+    return torch.cat([query, response], dim=1), torch.cat([query_mask, response_mask], dim=1)
+
+
+def _response_part(out: PolicyOutput, R: int) -> PolicyOutput:
+    """Outputs at the positions that predict the last ``R`` tokens (position t predicts t + 1)."""
+    hidden = out.hidden_states[:, -R - 1 : -1] if out.hidden_states is not None else None
+    return PolicyOutput(logits=out.logits[:, -R - 1 : -1], values=out.values[:, -R - 1 : -1], hidden_states=hidden)

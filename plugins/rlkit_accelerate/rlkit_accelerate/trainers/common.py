@@ -6,12 +6,13 @@ import math
 
 from rlkit_core.errors import ConfigError
 from rlkit_accelerate import assets
-from rlkit_accelerate.models import load_causal_lm
 from rlkit_accelerate.models.adapters import apply_peft
+from rlkit_accelerate.models.loading import load_lm
 
 
 def load_base_model(config):
-    """The causal LM named by ``model.model_path``: a folder, a model source such as
+    """The LM named by ``model.model_path`` (causal, or encoder-decoder for
+    ``model.model_arch_type: seq2seq``): a folder, a model source such as
     ``smollm2-135m``, a transformers config or model, or (in YAML) a mapping with
     ``model_type`` and config fields for a model trained from scratch. ``model_extra_configs``
     go to the loader."""
@@ -24,8 +25,13 @@ def load_base_model(config):
             path = AutoConfig.for_model(fields.pop("model_type"), **fields)
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"model.model_path: a mapping needs a known model_type and its config fields ({exc})") from None
-    model = load_causal_lm(assets.resolve(path), **config.model.model_extra_configs)
-    return apply_peft(model, config.model.peft_config)
+    arch = config.model.model_arch_type
+    model = load_lm(assets.resolve(path), arch, **config.model.model_extra_configs)
+    return apply_peft(model, config.model.peft_config, task_type="SEQ_2_SEQ_LM" if arch == "seq2seq" else "CAUSAL_LM")
+
+
+def is_seq2seq(config) -> bool:
+    return config.model.model_arch_type == "seq2seq"
 
 
 def steps_per_pass(num_items: int, batch_size: int, world_size: int) -> int:

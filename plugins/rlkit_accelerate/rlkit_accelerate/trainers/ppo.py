@@ -19,8 +19,9 @@ from accelerate.utils import broadcast_object_list, gather_object
 from rlkit_core.errors import ConfigError, RlkitError
 from rlkit_accelerate.batching import pass_batches
 from rlkit_accelerate.models import CausalLMWithValueHead
+from rlkit_accelerate.models.seq2seq import Seq2SeqLMWithValueHead
 from rlkit_accelerate.trainers.base import AccelerateRLTrainer
-from rlkit_accelerate.trainers.common import load_base_model, steps_per_pass
+from rlkit_accelerate.trainers.common import is_seq2seq, load_base_model, steps_per_pass
 
 
 class AcceleratePPOTrainer(AccelerateRLTrainer):
@@ -47,7 +48,9 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
         self.prompt_position = (0, 0)  # (pass over the prompts, next chunk)
 
     def setup_model(self):
-        return CausalLMWithValueHead(
+        # both policies share one interface: forward / score_rollout over (prompt, response)
+        policy = Seq2SeqLMWithValueHead if is_seq2seq(self.config) else CausalLMWithValueHead
+        return policy(
             load_base_model(self.config),
             num_layers_unfrozen=self.config.model.num_layers_unfrozen,
             num_value_layers_unfrozen=self.config.method.num_value_layers_unfrozen,
@@ -109,7 +112,7 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
     def make_experience(self, num_rollouts: int = 1024, iter_count: int = 0) -> None:
         """Collect ``num_rollouts`` rollouts on this process into ``self.store``."""
         from rlkit_methods.common.stats import logprobs_of_labels
-        from rlkit_methods.data.padding import pad, position_ids_from_mask
+        from rlkit_methods.data.padding import pad
         from rlkit_methods.ppo.losses import clip_scores, kl_penalty_rewards
         from rlkit_methods.ppo.store import PPORLElement
 
@@ -154,19 +157,15 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
             response = pad([torch.tensor(o) for o in outputs], self.tokenizer.pad_token_id, "right")  # (B, R)
             q_mask = pad([torch.ones(len(p), dtype=torch.long) for p in prompts], 0, "left")
             r_mask = pad([torch.ones(len(o), dtype=torch.long) for o in outputs], 0, "right")
-            input_ids = torch.cat([query, response], 1).to(device)
-            attention_mask = torch.cat([q_mask, r_mask], 1).to(device)
-            position_ids = position_ids_from_mask(attention_mask)
-            trunk = model.forward_trunk(input_ids, attention_mask, position_ids)
-            out = model.forward_top(trunk)
-            ref_logits = model.forward_reference(input_ids, attention_mask, position_ids, trunk=trunk)
-            Q = query.shape[1]
-            logprobs = logprobs_of_labels(out.logits[:, Q - 1 : -1], input_ids[:, Q:]).float().cpu()  # (B, R)
-            ref_logprobs = logprobs_of_labels(ref_logits[:, Q - 1 : -1], input_ids[:, Q:]).float().cpu()
-            values = out.values[:, Q - 1 : -1].float().cpu()  # V(s_t) before each response token
+            response = response.to(device)
+            with self.full_parameters():  # the unwrapped model runs outside FSDP's root forward
+                out, ref_logits = model.score_rollout(query.to(device), q_mask.to(device), response, r_mask.to(device))
+            logprobs = logprobs_of_labels(out.logits, response).float().cpu()  # (B, R)
+            ref_logprobs = logprobs_of_labels(ref_logits, response).float().cpu()
+            values = out.values.float().cpu()  # V(s_t) before each response token
             rewards, kl = kl_penalty_rewards(logprobs, ref_logprobs, r_mask, self.kl_ctl.value, score_t, score_mask)
             all_kl.append(kl)
-            tokens["forward"] += int(attention_mask.sum())
+            tokens["forward"] += int(q_mask.sum() + r_mask.sum())
             timer["forward"] += time.time() - start
             for i, n in enumerate(lengths):
                 elements.append(PPORLElement(
@@ -235,12 +234,12 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
 
         method = self.config.method
         Q = batch.query_tensors.shape[1]
-        input_ids = torch.cat([batch.query_tensors, batch.response_tensors], 1)  # (B, Q + R)
         mask = batch.response_mask  # (B, R)
         advantages, returns = method.get_advantages_and_returns(batch.values, batch.rewards, mask=mask)
-        out = self.model(input_ids=input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids)
-        logprobs = logprobs_of_labels(out.logits[:, Q - 1 : -1], batch.response_tensors)  # (B, R)
-        values = out.values[:, Q - 1 : -1]
+        out = self.model(input_ids=batch.query_tensors, attention_mask=batch.attention_mask[:, :Q],
+                         response_ids=batch.response_tensors, response_mask=mask)
+        logprobs = logprobs_of_labels(out.logits, batch.response_tensors)  # (B, R)
+        values = out.values
         return method.loss(logprobs.float(), values.float(), batch.logprobs, batch.values, advantages, returns, mask)
 
     def post_epoch_callback(self) -> None:

@@ -1,12 +1,19 @@
-"""``AccelerateSFTTrainer``: supervised fine-tuning on the output tokens of samples."""
+"""``AccelerateSFTTrainer``: supervised fine-tuning on the output tokens of samples.
+
+Causal: next-token cross-entropy on the output tokens. Seq2seq: the encoder reads the prompt
+and the decoder learns the output + EOS (labels; the model shifts them right itself)."""
 
 from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
 
 from rlkit_accelerate.models import find_layout, freeze_trunk
 from rlkit_accelerate.models.adapters import is_peft_model
 from rlkit_accelerate.models.policy import check_unfrozen
+from rlkit_accelerate.models.seq2seq import find_seq2seq_layout
 from rlkit_accelerate.trainers.base import AccelerateRLTrainer
-from rlkit_accelerate.trainers.common import load_base_model, prepare_offline_learning
+from rlkit_accelerate.trainers.common import is_seq2seq, load_base_model, prepare_offline_learning
 
 
 class AccelerateSFTTrainer(AccelerateRLTrainer):
@@ -16,20 +23,37 @@ class AccelerateSFTTrainer(AccelerateRLTrainer):
         model = load_base_model(self.config)
         if is_peft_model(model):
             return model  # peft froze everything but the adapters
-        layout = find_layout(model)
+        layout = find_seq2seq_layout(model) if is_seq2seq(self.config) else find_layout(model)
         check_unfrozen("num_layers_unfrozen", self.config.model.num_layers_unfrozen, layout.num_blocks, allow_all=True)
         freeze_trunk(model, layout, self.config.model.num_layers_unfrozen)
         return model
 
-    def make_experience(self, samples, seq_length: int = 2048) -> None:
-        from rlkit_methods.sft.store import make_sft_experience
+    def generate(self, input_ids, attention_mask=None, **kwargs):
+        out = super().generate(input_ids, attention_mask, **kwargs)
+        if not is_seq2seq(self.config):
+            return out
+        # the decoder's output starts with its start token: prompt + new tokens, as for causal LMs
+        return torch.cat([input_ids.to(out.device), out[:, 1:]], dim=1)
 
-        self.store = make_sft_experience(samples, self.tokenizer, seq_length)
+    def make_experience(self, samples, seq_length: int = 2048) -> None:
+        if is_seq2seq(self.config):
+            from rlkit_accelerate.seq2seq_data import make_seq2seq_sft_experience
+
+            self.store = make_seq2seq_sft_experience(samples, self.tokenizer, seq_length)
+        else:
+            from rlkit_methods.sft.store import make_sft_experience
+
+            self.store = make_sft_experience(samples, self.tokenizer, seq_length)
 
     def prepare_learning(self) -> None:
         prepare_offline_learning(self)
 
     def loss(self, batch):
+        if is_seq2seq(self.config):
+            logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                labels=batch["labels"], use_cache=False).logits  # (B, R, V): position t predicts labels[t]
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100)
+            return loss, {"loss": loss.item()}
         from rlkit_methods.sft.losses import sft_loss
 
         logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
