@@ -149,5 +149,6 @@ def test_seq2seq_ilql_on_two_processes(tmp_path):
     finals = [torch.load(tmp_path / f"final_{rank}.pt", weights_only=False) for rank in (0, 1)]
     assert finals[0]["steps"] == finals[1]["steps"] == 4
     assert torch.equal(finals[0]["weights"], finals[1]["weights"])  # DDP kept the replicas identical
-    assert finals[0]["eval"] == finals[1]["eval"] and "metrics/optimality@beta=1" in finals[0]["eval"]
+    metrics = [{k: v for k, v in f["eval"].items() if k.startswith("metrics/")} for f in finals]
+    assert metrics[0] == metrics[1] and "metrics/optimality@beta=1" in metrics[0]  # scored once, broadcast
     assert (tmp_path / "ckpts" / "checkpoint_4" / "trainer_state_1.pt").is_file()
