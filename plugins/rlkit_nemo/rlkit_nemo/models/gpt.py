@@ -1,0 +1,67 @@
+"""A megatron-core ``GPTModel`` that also hands its final hidden states to rlkit's heads.
+
+``HeadedGPTModel`` is Megatron's GPT with one change: on the last pipeline stage,
+``forward`` returns ``(logits, head_outputs)`` where the heads (value head for PPO, ILQL's
+V/Q heads) run on the final-layernorm hidden states of the same forward pass. Logits stay
+vocab-parallel (B, T, V / tp); earlier stages return hidden states for the pipeline.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from megatron.core.models.gpt import GPTModel
+from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+from megatron.core.transformer import TransformerConfig
+
+
+def layer_spec(config: TransformerConfig):
+    """Transformer Engine's layer spec when TE is installed (GPU), else megatron-core's
+    plain-torch one (CPU tests)."""
+    try:
+        import transformer_engine  # noqa: F401
+    except ImportError:
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+        return get_gpt_layer_local_spec(normalization=config.normalization)
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+
+    return get_gpt_layer_with_transformer_engine_spec()
+
+
+class HeadedGPTModel(GPTModel):
+    """Megatron GPT plus ``heads`` (built by ``make_heads(config)`` on the last stage only)."""
+
+    def __init__(self, *, make_heads: Optional[Callable[[TransformerConfig], nn.Module]] = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.heads = make_heads(self.config) if (make_heads is not None and self.post_process) else None
+        self._head_kwargs: dict[str, Any] = {}
+
+    def forward(self, input_ids, position_ids, attention_mask, *, head_kwargs: Optional[dict] = None, **kwargs):
+        # GPTModel routes the hidden states through _postprocess; the heads' extra inputs
+        # (ILQL's state/action indices) wait here for the length of this call
+        self._head_kwargs = head_kwargs or {}
+        try:
+            return super().forward(input_ids, position_ids, attention_mask, **kwargs)
+        finally:
+            self._head_kwargs = {}
+
+    def _postprocess(self, hidden_states, **kwargs):
+        logits = super()._postprocess(hidden_states=hidden_states, **kwargs)
+        if not self.post_process or self.heads is None:
+            return logits
+        if self.config.sequence_parallel:
+            hidden_states = gather_from_sequence_parallel_region(hidden_states)
+        return logits, self.heads(hidden_states.transpose(0, 1), **self._head_kwargs)  # heads see (B, T, H)
+
+
+def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) 1 = token, 0 = padding -> Megatron's (B, 1, T, T) boolean mask, True = hidden."""
+    T = attention_mask.shape[1]
+    future = torch.ones(T, T, dtype=torch.bool, device=attention_mask.device).triu(1)  # (T, T)
+    padded_keys = attention_mask[:, None, None, :] == 0  # (B, 1, 1, T)
+    return future[None, None] | padded_keys
+

@@ -1,0 +1,94 @@
+"""Tensor-parallel heads on a Megatron GPT's final hidden states (last pipeline stage only).
+
+* :class:`ParallelMLPHead` — trlX's ``make_head`` (Linear(h, 2h) -> ReLU -> Linear(2h, out))
+  split Megatron-style: the first layer column-parallel, the second row-parallel, so each TP
+  rank holds half of the 2h units and the row-parallel all-reduce gives every rank the same
+  output. The PPO value head and ILQL's V head.
+* :class:`VocabParallelQHead` — the same MLP ending in a column-parallel layer over the
+  vocabulary, so Q(s, .) stays split over TP ranks like the LM logits.
+* :class:`ILQLHeads` — V, one or two Q heads and their frozen target copies.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from megatron.core import tensor_parallel
+from megatron.core.transformer import TransformerConfig
+
+
+class ParallelMLPHead(nn.Module):
+    """(B, S, H) -> (B, S, out), identical on every TP rank."""
+
+    def __init__(self, config: TransformerConfig, hidden_size: int, out_size: int = 1):
+        super().__init__()
+        self.up = tensor_parallel.ColumnParallelLinear(
+            hidden_size, 2 * hidden_size, config=config, init_method=config.init_method, bias=True, gather_output=False
+        )
+        self.down = tensor_parallel.RowParallelLinear(
+            2 * hidden_size, out_size, config=config, init_method=config.output_layer_init_method,
+            bias=True, input_is_parallel=True, skip_bias_add=False,
+        )
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        h, _ = self.up(hidden)  # (B, S, 2H / tp)
+        out, _ = self.down(torch.relu(h))  # (B, S, out), all-reduced over TP
+        return out
+
+
+class VocabParallelQHead(nn.Module):
+    """(B, S, H) -> Q (B, S, V / tp): this rank's slice of the vocabulary."""
+
+    def __init__(self, config: TransformerConfig, hidden_size: int, vocab_size: int):
+        super().__init__()
+        # the vocabulary split needs the full 2H activations on every rank: gather them once
+        self.up = tensor_parallel.ColumnParallelLinear(
+            hidden_size, 2 * hidden_size, config=config, init_method=config.init_method, bias=True, gather_output=True
+        )
+        self.out = tensor_parallel.ColumnParallelLinear(
+            2 * hidden_size, vocab_size, config=config, init_method=config.output_layer_init_method,
+            bias=True, gather_output=False,
+        )
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        h, _ = self.up(hidden)  # (B, S, 2H)
+        q, _ = self.out(torch.relu(h))  # (B, S, V / tp)
+        return q
+
+
+def gather_positions(x: torch.Tensor, ixs: torch.Tensor) -> torch.Tensor:
+    """x (B, T, H) at ixs (B, I) -> (B, I, H)."""
+    return x.gather(1, ixs.unsqueeze(-1).expand(*ixs.shape, x.shape[-1]))
+
+
+class ILQLHeads(nn.Module):
+    """ILQL's heads (Snell et al. 2022): V(s), Q_i(s, .) and target Q_i, trlX's layout."""
+
+    def __init__(self, config: TransformerConfig, hidden_size: int, vocab_size: int, two_qs: bool = True, alpha: float = 0.99):
+        super().__init__()
+        self.alpha = alpha
+        self.v_head = ParallelMLPHead(config, hidden_size, 1)
+        n = 2 if two_qs else 1
+        self.q_heads = nn.ModuleList(VocabParallelQHead(config, hidden_size, vocab_size) for _ in range(n))
+        # built, then copied: Megatron layers hold process groups, which deepcopy cannot copy
+        self.target_q_heads = nn.ModuleList(VocabParallelQHead(config, hidden_size, vocab_size) for _ in range(n))
+        self.target_q_heads.load_state_dict(self.q_heads.state_dict())
+        self.target_q_heads.requires_grad_(False)
+
+    def forward(self, hidden: torch.Tensor, states_ixs: torch.Tensor, actions_ixs: torch.Tensor):
+        """hidden (B, T, H) -> (qs, target_qs, vs): Q heads (B, A, V / tp) at the actions,
+        V (B, S, 1) at the states."""
+        states, actions = gather_positions(hidden, states_ixs), gather_positions(hidden, actions_ixs)
+        qs = tuple(q(actions) for q in self.q_heads)
+        with torch.no_grad():
+            target_qs = tuple(q(actions) for q in self.target_q_heads)
+        return qs, target_qs, self.v_head(states)
+
+    @torch.no_grad()
+    def sync_target_q_heads(self, alpha: float | None = None) -> None:
+        """Polyak update: target <- alpha * Q + (1 - alpha) * target (trlX's rule)."""
+        alpha = self.alpha if alpha is None else alpha
+        for target, q in zip(self.target_q_heads, self.q_heads):
+            for tp, qp in zip(target.parameters(), q.parameters()):
+                tp.copy_(alpha * qp + (1 - alpha) * tp)

@@ -1,0 +1,81 @@
+"""Full (unsplit) state dicts <-> this rank's tensor/pipeline shard of a Megatron model.
+
+A *full* state dict is what a TP=1, PP=1 model of the same architecture holds: global layer
+numbers, whole matrices. Sharding takes this rank's slice of each tensor-parallel tensor along
+its ``partition_dim`` (Megatron's fused QKV is laid out per query group, so equal chunks are
+whole groups) and this stage's layers; gathering is the inverse, collective over TP and PP.
+It is how converted HF weights enter a parallel model and how a parallel model is exported.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from megatron.core import parallel_state
+
+LAYER = re.compile(r"^(.*?decoder\.layers\.)(\d+)(\..*)$")
+TIED = ("output_layer.weight", "embedding.word_embeddings.weight")
+
+
+def _layer_offset(model: nn.Module) -> int:
+    pp, rank = parallel_state.get_pipeline_model_parallel_world_size(), parallel_state.get_pipeline_model_parallel_rank()
+    return rank * (model.config.num_layers // pp)
+
+
+def _renumber(name: str, offset: int) -> str:
+    m = LAYER.match(name)
+    return f"{m.group(1)}{int(m.group(2)) + offset}{m.group(3)}" if m else name
+
+
+def _tensors(model: nn.Module) -> Dict[str, torch.Tensor]:
+    """Parameters and persistent buffers by state-dict name (TE's _extra_state left out)."""
+    params = dict(model.named_parameters())
+    return {k: params.get(k, v) for k, v in model.state_dict(keep_vars=True).items() if not k.endswith("_extra_state")}
+
+
+@torch.no_grad()
+def load_full_state_dict(model: nn.Module, full: Dict[str, torch.Tensor]) -> None:
+    """Copy this rank's slice of ``full`` into ``model``; every local tensor must be covered."""
+    tp, tp_rank = parallel_state.get_tensor_model_parallel_world_size(), parallel_state.get_tensor_model_parallel_rank()
+    offset = _layer_offset(model)
+    for name, local in _tensors(model).items():
+        key = _renumber(name, offset)
+        if key not in full and key == TIED[0]:
+            key = TIED[1]  # a tied output layer on the last stage holds the embedding
+        if key not in full:
+            raise KeyError(f"{key}: not in the full state dict (has {len(full)} keys, e.g. {sorted(full)[:3]})")
+        source = full[key]
+        if getattr(local, "tensor_model_parallel", False) and tp > 1:
+            source = source.chunk(tp, dim=local.partition_dim)[tp_rank]
+        if source.shape != local.shape:
+            raise ValueError(f"{key}: full shard {tuple(source.shape)} does not fit {name} {tuple(local.shape)}")
+        local.copy_(source.to(local.dtype))
+
+
+@torch.no_grad()
+def full_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
+    """The TP=1, PP=1 state dict of a parallel model, on the CPU of every rank (collective)."""
+    tp = parallel_state.get_tensor_model_parallel_world_size()
+    offset = _layer_offset(model)
+    out = {}
+    for name, local in _tensors(model).items():
+        value = local.detach()
+        if getattr(local, "tensor_model_parallel", False) and tp > 1:
+            parts = [torch.empty_like(value) for _ in range(tp)]
+            dist.all_gather(parts, value.contiguous(), group=parallel_state.get_tensor_model_parallel_group())
+            value = torch.cat(parts, dim=local.partition_dim)
+        out[_renumber(name, offset)] = value.cpu()
+    if parallel_state.get_pipeline_model_parallel_world_size() > 1:
+        stages = [None] * parallel_state.get_pipeline_model_parallel_world_size()
+        dist.all_gather_object(stages, out, group=parallel_state.get_pipeline_model_parallel_group())
+        out = {}
+        for stage in stages:
+            out.update(stage)
+    if TIED[0] in out and TIED[1] in out and torch.equal(out[TIED[0]], out[TIED[1]]):
+        del out[TIED[0]]  # the last stage's copy of a tied embedding
+    return out
