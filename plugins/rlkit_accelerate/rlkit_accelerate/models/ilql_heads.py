@@ -23,7 +23,7 @@ from rlkit_methods.ilql.sampling import q_guided_logits, sync_target
 from rlkit_accelerate.models.blocks import capture_head_input, find_layout, position_ids_from_mask
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import freeze_trunk, make_head
-from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads
+from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
 from rlkit_accelerate.models.policy import check_unfrozen
 
 
@@ -73,6 +73,34 @@ class ILQLOutput:
     target_qs: tuple[torch.Tensor, ...]  # each [B, A, V]
     vs: torch.Tensor  # [B, S, 1]
     past_key_values: Any = None
+
+
+def stop_tokens(config: Any, eos_token_id: int | list[int] | None, pad_token_id: int | None, device) -> tuple[torch.Tensor, int | None]:
+    """(EOS ids [E], pad id) for a Q-guided decoding loop: the arguments, else the model
+    config's; without a pad token, rows that ended are filled with EOS."""
+    eos = config.eos_token_id if eos_token_id is None else eos_token_id
+    eos_ids = torch.tensor([eos] if isinstance(eos, int) else list(eos or []), device=device)
+    pad_token_id = config.pad_token_id if pad_token_id is None else pad_token_id
+    if pad_token_id is None and len(eos_ids):
+        pad_token_id = int(eos_ids[0])
+    return eos_ids, pad_token_id
+
+
+def q_guided_step(
+    out: ILQLOutput, last_tokens: torch.Tensor, finished: torch.Tensor, eos_ids: torch.Tensor, pad_token_id: int | None,
+    **sampling: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample the next tokens [B, 1] from the last position of ``out`` (``sampling``: beta,
+    top_k, temperature, logit_mask); rows already ``finished`` [B] get ``pad_token_id``.
+    Returns the tokens and the updated ``finished``."""
+    target_q = torch.stack([q[:, -1] for q in out.target_qs]).amin(dim=0)  # [B, V], pessimistic
+    scores = q_guided_logits(out.logits[:, -1], target_q.float(), out.vs[:, -1].float(), last_tokens=last_tokens, **sampling)
+    next_ids = torch.multinomial(F.softmax(scores, dim=-1), num_samples=1)  # [B, 1]
+    if pad_token_id is not None:
+        next_ids = next_ids.masked_fill(finished.unsqueeze(-1), pad_token_id)
+    if len(eos_ids):
+        finished = finished | torch.isin(next_ids.squeeze(-1), eos_ids)
+    return next_ids, finished
 
 
 class CausalLMWithILQLHeads(nn.Module):
@@ -148,12 +176,7 @@ class CausalLMWithILQLHeads(nn.Module):
         ``logit_mask[i, j]`` True forbids token j right after token i. Each sequence stops at
         its EOS; later positions hold ``pad_token_id``. Returns prompt + new tokens [B, T + n].
         """
-        config = self.base_model.config
-        eos = config.eos_token_id if eos_token_id is None else eos_token_id
-        eos_ids = torch.tensor([eos] if isinstance(eos, int) else list(eos or []), device=input_ids.device)
-        pad_token_id = config.pad_token_id if pad_token_id is None else pad_token_id
-        if pad_token_id is None and len(eos_ids):
-            pad_token_id = int(eos_ids[0])
+        eos_ids, pad_token_id = stop_tokens(self.base_model.config, eos_token_id, pad_token_id, input_ids.device)
         if logit_mask is not None:
             logit_mask = torch.as_tensor(logit_mask, dtype=torch.bool, device=input_ids.device)  # [V, V]
         if attention_mask is None:
@@ -164,32 +187,19 @@ class CausalLMWithILQLHeads(nn.Module):
         for _ in range(max_new_tokens):
             out = self.forward(step_ids, attention_mask, position_ids, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
-            target_q = torch.stack([q[:, -1] for q in out.target_qs]).amin(dim=0)  # [B, V], pessimistic
-            scores = q_guided_logits(
-                out.logits[:, -1],
-                target_q.float(),
-                out.vs[:, -1].float(),  # [B, 1]
-                beta=beta,
-                top_k=top_k,
-                temperature=temperature,
-                logit_mask=logit_mask,
-                last_tokens=samples[:, -1],
-            )
-            next_ids = torch.multinomial(F.softmax(scores, dim=-1), num_samples=1)  # [B, 1]
-            if pad_token_id is not None:
-                next_ids = next_ids.masked_fill(finished.unsqueeze(-1), pad_token_id)
+            next_ids, finished = q_guided_step(out, samples[:, -1], finished, eos_ids, pad_token_id, beta=beta,
+                                               top_k=top_k, temperature=temperature, logit_mask=logit_mask)
             samples = torch.cat([samples, next_ids], dim=1)
-            if len(eos_ids):
-                finished = finished | torch.isin(next_ids.squeeze(-1), eos_ids)
-                if finished.all():
-                    break
+            if finished.all():
+                break
             step_ids = next_ids
             attention_mask = torch.cat([attention_mask, torch.ones_like(next_ids)], dim=1)
             position_ids = position_ids[:, -1:] + 1  # [B, 1]
         return samples
 
-    def save_pretrained(self, save_directory: str | os.PathLike, merge_adapters: bool = False, **kwargs: Any) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike, merge_adapters: bool = False,
+                        state_dict: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """An HF folder plain ``AutoModelForCausalLM`` loads (or, with adapters, peft loads on
         the base model; ``merge_adapters`` merges them), plus ``ilql_heads.safetensors``."""
-        save_base_model(self.base_model, save_directory, merge_adapters, **kwargs)
-        save_heads({"ilql_heads": self.ilql_heads}, Path(save_directory) / self.heads_file)
+        save_base_model(self.base_model, save_directory, merge_adapters, substate(state_dict, "base_model"), **kwargs)
+        save_heads({"ilql_heads": self.ilql_heads}, Path(save_directory) / self.heads_file, state_dict)

@@ -9,15 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-
-from rlkit_methods.ilql.sampling import q_guided_logits
 
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.blocks import capture_head_input
 from rlkit_accelerate.models.heads import freeze_trunk
-from rlkit_accelerate.models.ilql_heads import ILQLHeads, ILQLOutput
+from rlkit_accelerate.models.ilql_heads import ILQLHeads, ILQLOutput, q_guided_step, stop_tokens
 from rlkit_accelerate.models.loading import load_saved_heads, load_seq2seq_lm, save_heads, substate
 from rlkit_accelerate.models.policy import check_unfrozen
 from rlkit_accelerate.models.seq2seq import find_seq2seq_layout
@@ -105,12 +102,7 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
         the last prompt token (not the EOS the tokenizer appended). Each row stops at its EOS
         (later positions hold ``pad_token_id``). Returns prompt + new tokens [B, T + n].
         """
-        config = self.layout.decoder.config
-        eos = config.eos_token_id if eos_token_id is None else eos_token_id
-        eos_ids = torch.tensor([eos] if isinstance(eos, int) else list(eos or []), device=input_ids.device)
-        pad_token_id = config.pad_token_id if pad_token_id is None else pad_token_id
-        if pad_token_id is None and len(eos_ids):
-            pad_token_id = int(eos_ids[0])
+        eos_ids, pad_token_id = stop_tokens(self.layout.decoder.config, eos_token_id, pad_token_id, input_ids.device)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if logit_mask is not None:
@@ -125,19 +117,11 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
             out = self.forward(attention_mask=attention_mask, decoder_input_ids=step_ids, encoder_outputs=encoder_outputs,
                                past_key_values=cache, use_cache=True)
             cache = out.past_key_values
-            target_q = torch.stack([q[:, -1] for q in out.target_qs]).amin(dim=0)  # [B, V], pessimistic
-            scores = q_guided_logits(
-                out.logits[:, -1], target_q.float(), out.vs[:, -1].float(), beta=beta, top_k=top_k,
-                temperature=temperature, logit_mask=logit_mask, last_tokens=last_tokens,
-            )
-            next_ids = torch.multinomial(F.softmax(scores, dim=-1), num_samples=1)  # [B, 1]
-            if pad_token_id is not None:
-                next_ids = next_ids.masked_fill(finished.unsqueeze(-1), pad_token_id)
+            next_ids, finished = q_guided_step(out, last_tokens, finished, eos_ids, pad_token_id, beta=beta,
+                                               top_k=top_k, temperature=temperature, logit_mask=logit_mask)
             new_tokens.append(next_ids)
-            if len(eos_ids):
-                finished = finished | torch.isin(next_ids.squeeze(-1), eos_ids)
-                if finished.all():
-                    break
+            if finished.all():
+                break
             step_ids, last_tokens = next_ids, next_ids.squeeze(-1)
         return torch.cat([input_ids, *new_tokens], dim=1)
 
