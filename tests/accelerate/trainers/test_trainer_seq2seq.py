@@ -63,6 +63,12 @@ def test_runs_and_the_export_generates_like_the_trainer(method, tmp_path):
         assert torch.equal(out[:, :width], batch.input_ids) and torch.equal(out[:, width:], expected[:, 1:])
 
 
+def test_sft_loss_falls(tmp_path):
+    run("sft", tmp_path, config_overrides=dict(train=dict(total_steps=24)))
+    losses = [r["loss"] for r in read_metrics(tmp_path / "ckpts" / "logs") if r["kind"] == "train"]
+    assert sum(losses[-4:]) / 4 < 0.85 * sum(losses[:4]) / 4, losses
+
+
 def test_ppo_with_no_unfrozen_layers_trains_no_decoder_block(tmp_path):
     initial = base_weights().state_dict()
     trainer = run("ppo", tmp_path, config_overrides=dict(model=dict(num_layers_unfrozen=0), train=dict(total_steps=2)))

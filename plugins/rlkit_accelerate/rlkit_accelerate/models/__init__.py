@@ -3,7 +3,9 @@
 - ``CausalLMWithValueHead``: PPO policy with value head/branch and an exact reference model.
 - ``CausalLMWithILQLHeads``: ILQL heads (V, Q, target Q) and Q-guided generation.
 - ``find_layout``: decoder blocks, final norm and LM head of any causal LM, found by structure.
-- ``load_causal_lm``: a model from a folder, hub id, config or model.
+- ``Seq2SeqLMWithValueHead`` / ``Seq2SeqLMWithILQLHeads``: the same for encoder-decoder (T5)
+  models, over the decoder (``find_seq2seq_layout`` finds its pieces).
+- ``load_causal_lm`` / ``load_seq2seq_lm``: a model from a folder, hub id, config or model.
 """
 
 from rlkit_accelerate.models.blocks import (
@@ -18,8 +20,10 @@ from rlkit_accelerate.models.blocks import (
 )
 from rlkit_accelerate.models.heads import Branch, freeze_trunk, hydra_reference, make_head
 from rlkit_accelerate.models.ilql_heads import CausalLMWithILQLHeads, ILQLHeads, ILQLOutput
-from rlkit_accelerate.models.loading import load_causal_lm, load_heads, load_saved_heads, save_heads
+from rlkit_accelerate.models.loading import load_causal_lm, load_heads, load_saved_heads, load_seq2seq_lm, save_heads
 from rlkit_accelerate.models.policy import CausalLMWithValueHead, PolicyOutput
+from rlkit_accelerate.models.seq2seq import Seq2SeqLayout, Seq2SeqLMWithValueHead, find_seq2seq_layout
+from rlkit_accelerate.models.seq2seq_ilql import Seq2SeqLMWithILQLHeads
 
 __all__ = [
     "Branch",
@@ -30,13 +34,18 @@ __all__ = [
     "ILQLHeads",
     "ILQLOutput",
     "PolicyOutput",
+    "Seq2SeqLMWithILQLHeads",
+    "Seq2SeqLMWithValueHead",
+    "Seq2SeqLayout",
     "find_decoder_blocks",
     "find_layout",
+    "find_seq2seq_layout",
     "freeze_trunk",
     "hydra_reference",
     "load_causal_lm",
     "load_heads",
     "load_saved_heads",
+    "load_seq2seq_lm",
     "make_head",
     "position_ids_from_mask",
     "run_blocks",
