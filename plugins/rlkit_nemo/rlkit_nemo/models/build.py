@@ -28,7 +28,7 @@ DTYPES = {"32": torch.float32, "16": torch.float16, "bf16": torch.bfloat16}
 
 
 def precision_dtype(precision: Any) -> torch.dtype:
-    key = str(precision).replace("-mixed", "").replace("-true", "").replace("bf16", "bf16")
+    key = str(precision).replace("-mixed", "").replace("-true", "")
     return DTYPES.get(key, torch.float32)
 
 

@@ -1,0 +1,153 @@
+"""trlX's Megatron YAML (``trainer``, ``model``, ``exp_manager``; trlX's ``configs/nemo_configs``)
+translated into the arguments of NeMo 2's Lightning trainer. Pure Python: no NeMo import,
+so the translation and its errors are checked before anything heavy loads.
+
+What maps where (NeMo 1 key -> NeMo 2 object):
+
+* ``model.tensor/pipeline_model_parallel_size``, ``sequence_parallel`` -> ``MegatronStrategy``
+* ``trainer.precision`` + ``model.megatron_amp_O2`` -> ``MegatronMixedPrecision``: O2 keeps
+  the weights in half precision (fp32 master copies in the optimizer), otherwise fp32 weights
+  under autocast
+* ``model.optim`` (+ ``trainer.gradient_clip_val``) -> megatron-core ``OptimizerConfig``,
+  ``model.optim.sched`` -> a NeMo LR scheduler
+* ``model.micro/global_batch_size``, ``encoder_seq_length`` -> ``MegatronDataSampler``
+* ``model.activations_checkpoint_*`` -> the TransformerConfig's ``recompute_*``
+* ``exp_manager`` -> ``NeMoLogger`` (log dir, name, TensorBoard/W&B)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Union
+
+from rlkit_core.errors import ConfigError
+
+from rlkit_nemo.parallel import check_parallel_sizes
+
+MegatronCfg = Union[str, os.PathLike, Mapping[str, Any]]
+
+PRECISIONS = {  # trainer.precision -> (NeMo 2 precision, half dtype name or None)
+    "32": ("32", None), "32-true": ("32", None),
+    "16": ("16-mixed", "float16"), "16-mixed": ("16-mixed", "float16"),
+    "bf16": ("bf16-mixed", "bfloat16"), "bf16-mixed": ("bf16-mixed", "bfloat16"),
+}
+OPTIMIZERS = {"adam": "adam", "adamw": "adam", "fused_adam": "adam", "distributed_fused_adam": "adam", "sgd": "sgd"}
+SCHEDULERS = ("CosineAnnealing", "WarmupAnnealing", None)  # None: a constant learning rate
+RECOMPUTE_GRANULARITY = (None, "selective", "full")
+RECOMPUTE_METHOD = (None, "uniform", "block")
+REQUIRED_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "encoder_seq_length")
+
+
+def load_megatron_cfg(cfg: MegatronCfg) -> dict[str, Any]:
+    """A Megatron YAML path or an already loaded mapping (a dict or an OmegaConf DictConfig)."""
+    if isinstance(cfg, (str, os.PathLike)):
+        from rlkit_core.config import read_yaml
+
+        if not os.path.isfile(cfg):
+            raise ConfigError(
+                f"megatron_cfg: {cfg}: Megatron YAML not found; pass the path of a Megatron config "
+                f"(examples: {os.path.join(os.path.dirname(__file__), 'configs')})"
+            )
+        return read_yaml(cfg)
+    if hasattr(cfg, "_content"):  # OmegaConf, as trlX passed it
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(cfg, resolve=True)
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"megatron_cfg: expected a YAML path or a mapping, got {type(cfg).__name__}")
+    return dict(cfg)
+
+
+def _one_of(value, allowed, where):
+    if value not in allowed:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(repr(a) for a in allowed)}")
+    return value
+
+
+def translate(cfg: MegatronCfg, *, cpu: bool = False) -> dict[str, dict[str, Any]]:
+    """The keyword arguments of each NeMo 2 object, by name: ``strategy``, ``precision``
+    (None for fp32), ``trainer``, ``optimizer``, ``scheduler``, ``data``, ``logger``, and
+    ``model`` (the model section, for :func:`rlkit_nemo.models.build.transformer_config`).
+    On CPU, gradient clipping is off (megatron-core's clip asserts CUDA tensors)."""
+    raw = load_megatron_cfg(cfg)
+    unknown = sorted(set(raw) - {"name", "trainer", "model", "exp_manager", "restore_from_path"})
+    if unknown:
+        raise ConfigError(f"megatron_cfg.{unknown[0]}: unknown section; a Megatron YAML has trainer, model, exp_manager")
+    trainer, model, exp = dict(raw.get("trainer") or {}), dict(raw.get("model") or {}), dict(raw.get("exp_manager") or {})
+    missing = [k for k in REQUIRED_MODEL_KEYS if k not in model]
+    if missing:
+        raise ConfigError(f"megatron_cfg.model.{missing[0]}: missing; the model section needs {', '.join(REQUIRED_MODEL_KEYS)}")
+
+    tp, pp = int(model.get("tensor_model_parallel_size", 1)), int(model.get("pipeline_model_parallel_size", 1))
+    devices, nodes = trainer.get("devices", 1), int(trainer.get("num_nodes", 1))
+    world = (devices if isinstance(devices, int) and devices > 0 else tp * pp) * nodes
+    dp = check_parallel_sizes(
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, world_size=world,
+        num_attention_heads=int(model["num_attention_heads"]), num_layers=int(model["num_layers"]),
+        where="megatron_cfg.model",
+    )
+    mbs, gbs = int(model.get("micro_batch_size", 1)), int(model.get("global_batch_size", model.get("micro_batch_size", 1) * dp))
+    if gbs % (mbs * dp):
+        raise ConfigError(
+            f"megatron_cfg.model.global_batch_size={gbs} is not a multiple of micro_batch_size x data-parallel size "
+            f"= {mbs} x {dp}; choose a global batch that is"
+        )
+
+    precision, half = PRECISIONS.get(str(trainer.get("precision", 32)), (None, None))
+    if precision is None:
+        raise ConfigError(f"megatron_cfg.trainer.precision: {trainer.get('precision')!r} is not one of 32, 16, bf16 (or 16-mixed, bf16-mixed)")
+    o2 = bool(model.get("megatron_amp_O2", False)) and half is not None
+    params_dtype = half if o2 else "float32"
+    _one_of(model.get("activations_checkpoint_granularity"), RECOMPUTE_GRANULARITY, "megatron_cfg.model.activations_checkpoint_granularity")
+    _one_of(model.get("activations_checkpoint_method"), RECOMPUTE_METHOD, "megatron_cfg.model.activations_checkpoint_method")
+    if model.get("sequence_parallel") and tp == 1:
+        raise ConfigError("megatron_cfg.model.sequence_parallel: needs tensor_model_parallel_size > 1; set it to false")
+
+    optim = dict(model.get("optim") or {})
+    sched = dict(optim.pop("sched", None) or {})
+    opt_name = _one_of(optim.get("name", "adam"), tuple(OPTIMIZERS), "megatron_cfg.model.optim.name")
+    betas = optim.get("betas", [0.9, 0.999])
+    _one_of(sched.get("name"), SCHEDULERS, "megatron_cfg.model.optim.sched.name")
+
+    model_out = dict(model, params_dtype={"float32": "32", "float16": "16", "bfloat16": "bf16"}[params_dtype])
+    return {
+        "model": model_out,
+        "strategy": dict(
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+            sequence_parallel=bool(model.get("sequence_parallel", False)),
+            pipeline_dtype=params_dtype, ckpt_async_save=False,
+        ),
+        "precision": None if half is None else dict(
+            precision=precision, params_dtype=params_dtype, pipeline_dtype=params_dtype,
+            autocast_enabled=not o2, autocast_dtype=None if o2 else half, grad_reduce_in_fp32=True,
+        ),
+        "trainer": dict(
+            devices=devices, num_nodes=nodes, accelerator="cpu" if cpu else trainer.get("accelerator", "gpu"),
+            max_steps=int(trainer.get("max_steps", -1)), max_epochs=trainer.get("max_epochs", None),
+            log_every_n_steps=int(trainer.get("log_every_n_steps", 1)),
+            val_check_interval=trainer.get("val_check_interval", None),
+            limit_val_batches=trainer.get("limit_val_batches", None),
+            enable_checkpointing=bool(trainer.get("enable_checkpointing", False)),
+            use_distributed_sampler=False,  # Megatron's data sampler splits the data
+        ),
+        "optimizer": dict(
+            optimizer=OPTIMIZERS[opt_name], lr=float(optim.get("lr", 1e-4)),
+            weight_decay=float(optim.get("weight_decay", 0.0)),
+            adam_beta1=float(betas[0]), adam_beta2=float(betas[1]), adam_eps=float(optim.get("eps", 1e-8)),
+            clip_grad=0.0 if cpu else float(trainer.get("gradient_clip_val", 1.0) or 0.0),
+            use_distributed_optimizer=opt_name == "distributed_fused_adam" and not cpu,
+            bf16=half == "bfloat16", fp16=half == "float16", params_dtype=params_dtype,
+        ),
+        "scheduler": None if not sched.get("name") else dict(
+            name=sched["name"], warmup_steps=int(sched.get("warmup_steps", 0)),
+            constant_steps=int(sched.get("constant_steps", 0)), min_lr=float(sched.get("min_lr", 0.0)),
+            max_steps=int(sched.get("max_steps", trainer.get("max_steps", -1))),
+        ),
+        "data": dict(micro_batch_size=mbs, global_batch_size=gbs, seq_len=int(model["encoder_seq_length"])),
+        "logger": dict(
+            name=exp.get("name") or raw.get("name") or "rlkit_nemo",
+            explicit_log_dir=exp.get("explicit_log_dir"), log_dir=exp.get("exp_dir"),
+            wandb=bool(exp.get("create_wandb_logger", False)), wandb_kwargs=dict(exp.get("wandb_logger_kwargs") or {}),
+            tensorboard=bool(exp.get("create_tensorboard_logger", True)),
+        ),
+    }
