@@ -157,6 +157,13 @@ def grad_phase(rollout: str, train: str) -> Callable[..., str]:
     return choose
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (Linux: ru_maxrss is in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def cuda_peak_bytes(device: str) -> int | None:
     if not device.startswith("cuda"):
         return None

@@ -1,5 +1,5 @@
 """Bench worker: ILQL training throughput (samples/s) on trlX's random walks, through
-``rlkit_core.train`` with ``examples/randomwalks/ilql_randomwalks.yml``.
+``rlkit run``'s path (``train_from_config``) with ``examples/randomwalks/ilql_randomwalks.yml``.
 
     python bench/ilql_rlkit.py --spec spec.json --out result.json
 
@@ -13,7 +13,8 @@ from __future__ import annotations
 import tempfile
 
 from harness import clock, read_spec, setup_torch, worker_args, write_result
-from rlkit_core import hookimpl, load_config, train  # light: no torch at import
+from rlkit_core import hookimpl, load_config  # light: no torch at import
+from rlkit_core.run import train_from_config
 
 
 class StepClock:
@@ -40,7 +41,7 @@ def main() -> None:
         "train.checkpoint_dir": workdir, "train.seed": spec["seed"],
     })
     steps_clock = StepClock(spec["device"])
-    train(config=config, plugins=[steps_clock])
+    train_from_config(config, plugins=[steps_clock])  # what `rlkit run` does
     if len(steps_clock.ends) != total:
         raise SystemExit(f"ilql_rlkit: expected {total} step ends, saw {len(steps_clock.ends)}")
     seconds = steps_clock.ends[-2] - steps_clock.ends[0]

@@ -10,9 +10,11 @@ turns checkpoint writing off (``learn`` saves at its last step; that is disk, no
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from pathlib import Path
 
-from harness import PhaseTimer, cuda_peak_bytes, grad_phase, read_spec, setup_torch, worker_args, write_result
+from harness import PhaseTimer, cuda_peak_bytes, peak_rss_bytes, grad_phase, read_spec, setup_torch, worker_args, write_result
 
 VARIANTS = {"k2": 2, "all": -1}  # model.num_layers_unfrozen
 
@@ -53,6 +55,25 @@ def build_trainer(spec: dict, num_layers_unfrozen: int, workdir: str):
     return trainer
 
 
+@contextlib.contextmanager
+def operator_profile(spec: dict, out: str):
+    """With ``spec["profile"]`` (``run.py --profile``): torch.profiler over the step, the
+    operators by self time written beside the result (``<out>.ops.txt``). It slows the step:
+    use it to see where a phase's time goes, not for the table."""
+    if not spec.get("profile"):
+        yield None
+        return
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if spec["device"] == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities, record_shapes=False) as prof:
+        yield prof
+    sort = "self_cuda_time_total" if spec["device"] == "cuda" else "self_cpu_time_total"
+    Path(out).with_suffix(".ops.txt").write_text(prof.key_averages().table(sort_by=sort, row_limit=30) + "\n")
+
+
 def main() -> None:
     args = worker_args(__doc__.splitlines()[0])
     if args.variant not in VARIANTS:
@@ -76,10 +97,14 @@ def main() -> None:
     timer.wrap(trainer.opt, "step", "train/optimizer")
     trainer.save = lambda *a, **k: None  # learn() checkpoints at its last step: disk, not PPO
 
-    with timer.section("rollout/other"):  # what make_experience does besides the wrapped calls
-        trainer.make_experience(spec["ppo"]["batch_size"])
-    with timer.section("train/other"):
-        trainer.learn()
+    peaks = {"load": peak_rss_bytes()}  # where the process's peak memory is reached
+    with operator_profile(spec, args.out) as profiled:
+        with timer.section("rollout/other"):  # what make_experience does besides the wrapped calls
+            trainer.make_experience(spec["ppo"]["batch_size"])
+        peaks["rollout"] = peak_rss_bytes()
+        with timer.section("train/other"):
+            trainer.learn()
+        peaks["train"] = peak_rss_bytes()
 
     records = read_metrics(trainer.logging_dir)
     train = [r for r in records if r["kind"] == "train"]
@@ -87,6 +112,7 @@ def main() -> None:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     write_result(args.out, {
         **timer.step_summary(),
+        "peak_rss_after": peaks,
         "optimizer_steps": len(train),
         "trainable_params": trainable,
         "trainer_metrics": {  # the trainer's own timers, as a cross-check of the wrapped ones

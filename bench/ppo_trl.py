@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tempfile
 
-from harness import PhaseTimer, cuda_peak_bytes, grad_phase, read_spec, setup_torch, worker_args, write_result
+from harness import PhaseTimer, cuda_peak_bytes, peak_rss_bytes, grad_phase, read_spec, setup_torch, worker_args, write_result
 
 
 def main() -> None:
@@ -69,12 +69,25 @@ def main() -> None:
     timer.wrap(ppo_module, "get_reward", reward_or_value)
     timer.wrap(trainer.accelerator, "backward", "train/backward")
     timer.wrap(trainer.optimizer, "step", "train/optimizer")
+    peaks = {"load": peak_rss_bytes()}  # where the process's peak memory is reached
+    rollout_end = ppo_module.forward  # the first train-time forward ends the rollout
+
+    def first_train_forward(*args, **kwargs):
+        import torch
+
+        if torch.is_grad_enabled() and "rollout" not in peaks:
+            peaks["rollout"] = peak_rss_bytes()
+        return rollout_end(*args, **kwargs)
+
+    ppo_module.forward = first_train_forward
     with timer.section("other"):  # GAE, whitening, logging, gc.collect(), ...
         trainer.train()
+    peaks["train"] = peak_rss_bytes()
 
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     write_result(args.out, {
         **timer.step_summary(),
+        "peak_rss_after": peaks,
         "optimizer_steps": timer.calls.get("train/optimizer", 0),
         "trainable_params": trainable,
         "optimizer": type(trainer.optimizer.optimizer).__name__,

@@ -48,6 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=8, help="prompts per PPO step / generate call (at most 8 fixed prompts x k)")
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--ilql-steps", type=int, default=12, help="ILQL optimizer steps timed per run")
+    p.add_argument("--profile", action="store_true", help="rlkit PPO side: torch.profiler operator table beside each result (slows it)")
     p.add_argument("--json", default=str(BENCH / "results" / "latest.json"), help="where to write all measurements")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per measurement before it counts as failed")
     args = p.parse_args(argv)
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     needs_model = any(c.name in ("ppo", "generate") for c in args.case_list)
     prompts = json.loads(PROMPTS.read_text())["prompts"]
     spec = {
-        "device": args.device, "dtype": args.dtype, "threads": args.threads, "seed": 0,
+        "device": args.device, "dtype": args.dtype, "threads": args.threads, "seed": 0, "profile": args.profile,
         "model": resolve_model(args.model, rlkit_python, env) if needs_model else None,
         "prompts": [prompts[i % len(prompts)] for i in range(args.batch)],
         "ppo": {"batch_size": args.batch, "new_tokens": args.new_tokens, "ppo_epochs": args.ppo_epochs,
