@@ -213,3 +213,17 @@ def test_last_prompt_token_skips_padding_and_the_appended_eos():
     ids = torch.tensor([[0, 0, 5, 6, 1], [7, 8, 9, 1, 0]])
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 0]])
     assert last_prompt_tokens(ids, mask, torch.tensor([1])).tolist() == [6, 9]
+
+
+@pytest.mark.parametrize("unfrozen", [0, 1, 3])
+def test_frozen_trunk_is_computed_once_and_the_top_alone_trains(unfrozen):
+    """forward_trunk / forward_top split the policy where a PPO trainer may cache the trunk."""
+    query, q_mask, response, r_mask = batch()
+    policy = Seq2SeqLMWithValueHead(t5(), num_layers_unfrozen=unfrozen).eval()
+    trunk = policy.forward_trunk(query, q_mask, response, r_mask)  # with autograd on
+    tensors = [trunk.hidden, *(v for v in trunk.kwargs.values() if isinstance(v, torch.Tensor))]
+    assert trunk.index == 3 - unfrozen and not any(t.requires_grad for t in tensors)
+    out = policy.forward_top(trunk)
+    assert torch.equal(out.logits, policy(query, q_mask, response, r_mask).logits)
+    out.values.sum().backward()
+    assert policy.v_head[0].weight.grad is not None
