@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import tempfile
 
-from harness import clock, read_spec, setup_torch, worker_args, write_result
+from harness import clock, read_spec, setup_torch, sync, worker_args, write_result
 from rlkit_core import hookimpl, load_config  # light: no torch at import
 from rlkit_core.run import train_from_config
 
 
 class StepClock:
     def __init__(self, device: str) -> None:
+        self.device = device
         self.now = clock(device)
         self.ends: list[float] = []
 
     @hookimpl
     def rlkit_step_end(self, trainer, step, metrics, is_main_process):
+        sync(self.device)  # a GPU step has ended when its kernels have
         self.ends.append(self.now())
 
 

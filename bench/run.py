@@ -155,7 +155,12 @@ def machine(args: argparse.Namespace, peer_versions: dict[str, str] | None) -> d
                 cpu = line.split(":", 1)[1].strip()
     except OSError:
         pass
+    gpu = None
+    if args.device == "cuda":
+        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name())"], capture_output=True, text=True)
+        gpu = probe.stdout.strip() or None
     return {
+        "gpu": gpu,
         "when_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "cpu": cpu or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),
         "device": args.device, "dtype": args.dtype, "threads": args.threads if args.device == "cpu" else None,
@@ -214,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=1, default=str) + "\n")
     m = report["machine"]
-    print(f"\n{m['when_utc']} UTC, {m['cpu']}, {m['cores']} cores, {args.device} {args.dtype}, "
+    print(f"\n{m['when_utc']} UTC, {m['cpu']}, {m['cores']} cores, {m['gpu'] or args.device} {args.dtype}, "
           f"threads={m['threads']}, load avg {m['load_avg_start']:.2f} -> {m['load_avg_end']:.2f}; JSON: {args.json}")
     return 1 if failed else 0
 
