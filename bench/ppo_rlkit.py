@@ -24,7 +24,7 @@ def ppo_config(spec: dict, num_layers_unfrozen: int, workdir: str):
 
     s = spec["ppo"]
     extra = {} if spec["dtype"] == "float32" else {"dtype": spec["dtype"]}
-    return default_ppo_config().evolve(
+    config = default_ppo_config().evolve(
         train=dict(seq_length=s["seq_length"], batch_size=s["batch_size"], epochs=100, total_steps=s["ppo_epochs"],
                    checkpoint_interval=10**9, eval_interval=10**9, checkpoint_dir=workdir, save_best=False,
                    seed=spec["seed"], tracker=None),
@@ -36,6 +36,11 @@ def ppo_config(spec: dict, num_layers_unfrozen: int, workdir: str):
                     gen_kwargs=dict(max_new_tokens=s["new_tokens"], min_new_tokens=s["new_tokens"],
                                     top_k=0, top_p=1.0, do_sample=True)),
     )
+    if spec.get("rlkit_set"):  # run.py --rlkit-set KEY=VALUE: measure a config change, same parsing as --set
+        from rlkit_core.config.overrides import parse_sets, unflatten
+
+        config = config.evolve(**unflatten(parse_sets(spec["rlkit_set"])))
+    return config
 
 
 def distinct_words(samples, prompts, outputs, **_) -> list[float]:

@@ -12,6 +12,7 @@ created on first use, or in ``--peer-python``. Run it from the project's venv.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -48,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=8, help="prompts per PPO step / generate call (at most 8 fixed prompts x k)")
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--ilql-steps", type=int, default=12, help="ILQL optimizer steps timed per run")
+    p.add_argument("--rlkit-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for rlkit's PPO and generate sides, as `rlkit run --set` (repeatable)")
+    p.add_argument("--no-peer", action="store_true", help="rlkit's sides only (to measure an rlkit change quickly; no ratios)")
     p.add_argument("--profile", action="store_true", help="rlkit PPO side: torch.profiler operator table beside each result (slows it)")
     p.add_argument("--json", default=str(BENCH / "results" / "latest.json"), help="where to write all measurements")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per measurement before it counts as failed")
@@ -60,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.case_list = select(args.cases)
     except ValueError as exc:
         p.error(str(exc))
+    if args.no_peer:
+        args.case_list = [dataclasses.replace(c, sides=tuple(s for s in c.sides if s.env != "peer")) for c in args.case_list]
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     return args
 
@@ -183,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = json.loads(PROMPTS.read_text())["prompts"]
     spec = {
         "device": args.device, "dtype": args.dtype, "threads": args.threads, "seed": 0, "profile": args.profile,
+        "rlkit_set": args.rlkit_set,
         "model": resolve_model(args.model, rlkit_python, env) if needs_model else None,
         "prompts": [prompts[i % len(prompts)] for i in range(args.batch)],
         "ppo": {"batch_size": args.batch, "new_tokens": args.new_tokens, "ppo_epochs": args.ppo_epochs,

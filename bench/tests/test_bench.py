@@ -52,6 +52,9 @@ def test_bad_arguments_fail_with_one_line(capsys):
         run.parse_args(["--repeats", "0"])
     assert run.parse_args(["--device", "cuda"]).dtype == "bfloat16"
     assert run.parse_args([]).dtype == "float32"
+    no_peer = run.parse_args(["--cases", "ppo,startup", "--no-peer"]).case_list
+    assert [s.name for s in no_peer[0].sides] == ["rlkit unfrozen=2", "rlkit unfrozen=-1"]
+    assert len(no_peer[1].sides) == 3  # start-up's reference runs in rlkit's interpreter
 
 
 def test_peak_memory_is_per_process(tmp_path):
@@ -160,3 +163,23 @@ def test_step_summary_splits_rollout_train_and_load():
     assert (summary["step_s"], summary["rollout_s"], summary["train_s"], summary["load_s"]) == (7.5, 3.0, 4.0, 9.0)
     assert summary["step_wall_s"] == 7.5 and summary["clock"] == "cpu"
     assert "load" not in summary["phases"]
+
+
+def _spec(**extra):
+    spec = {"device": "cpu", "dtype": "float32", "seed": 0, "model": "/models/smollm2", "prompts": ["a"],
+            "ppo": {"batch_size": 8, "new_tokens": 32, "ppo_epochs": 4, "seq_length": 64, "lr": 1e-5, "kl_coef": 0.05, "vf_coef": 0.1}}
+    return {**spec, **extra}
+
+
+def test_rlkit_ppo_config_matches_the_case_and_takes_overrides(tmp_path):
+    from ppo_rlkit import ppo_config
+    from rlkit_core.errors import ConfigError
+
+    config = ppo_config(_spec(), 2, str(tmp_path))
+    assert (config.method.ppo_epochs, config.method.num_rollouts, config.train.batch_size, config.train.total_steps) == (4, 8, 8, 4)
+    assert config.method.gen_kwargs["min_new_tokens"] == config.method.gen_kwargs["max_new_tokens"] == 32
+    assert config.model.num_layers_unfrozen == 2 and "fused" not in config.optimizer.kwargs
+    fused = ppo_config(_spec(rlkit_set=["optimizer.kwargs.fused=true"]), -1, str(tmp_path))
+    assert fused.optimizer.kwargs["fused"] is True and fused.model.num_layers_unfrozen == -1
+    with pytest.raises(ConfigError, match="total_step"):
+        ppo_config(_spec(rlkit_set=["train.total_step=3"]), 2, str(tmp_path))
