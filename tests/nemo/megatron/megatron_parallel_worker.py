@@ -137,6 +137,34 @@ def head_values(method, heads):
     return heads if method == "ppo" else heads[2]
 
 
+def converted_at_tp2():
+    """HF Llama (grouped-query attention, gated MLP) and GPT-2 (tied) weights at TP=2:
+    logits against the HF model's, and the gathered weights against the converted ones."""
+    from test_megatron_convert import tiny_hf
+
+    from rlkit_nemo.convert import hf_to_megatron, megatron_model_config
+
+    out = {}
+    for kind in ("llama", "gpt2"):
+        hf = tiny_hf(kind)
+        full = hf_to_megatron(hf.state_dict(), hf.config)
+        ps.destroy_model_parallel()
+        ps.initialize_model_parallel(tensor_model_parallel_size=2)
+        model_parallel_cuda_manual_seed(0)
+        model = build_gpt(dict(megatron_model_config(hf.config), tensor_model_parallel_size=2), VOCAB, cpu=True).eval()
+        load_full_state_dict(model, full)
+        ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            expected = hf(input_ids=ids).logits
+            logits = model(ids, torch.arange(12).repeat(2, 1), causal_padding_mask(torch.ones_like(ids)))
+            got = tensor_parallel.gather_from_tensor_model_parallel_region(logits)
+        out[kind] = {
+            "tp2_vs_hf_max_diff": float((got - expected).abs().max()),
+            "tp2_gathered_equals_converted": all(torch.equal(full[k], v) for k, v in full_state_dict(model).items()),
+        }
+    return out
+
+
 def main(out):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -178,6 +206,7 @@ def main(out):
         r["pp2_loss"] = run_schedule(model, method, batch)
         r["pp2_grads"] = grad_norms(model)
         r["pp2_roundtrip_equal"] = all(torch.equal(full[k], v) for k, v in full_state_dict(model).items())
+    results["convert"] = converted_at_tp2()
     ps.destroy_model_parallel()
     Path(out, f"results_{rank}.json").write_text(json.dumps(results, indent=1))
     dist.destroy_process_group()

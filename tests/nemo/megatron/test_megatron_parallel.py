@@ -69,3 +69,10 @@ def test_split_gradients_add_up_to_the_tp1_and_pp1_gradients(ranks, method):
 @pytest.mark.parametrize("method", METHODS)
 def test_full_state_dict_round_trips_through_pipeline_shards(ranks, method):
     assert all(r[method]["pp2_roundtrip_equal"] is True for r in ranks)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_converted_hf_weights_at_tp2_give_the_hf_logits(ranks, kind):
+    for r in ranks:
+        assert r["convert"][kind]["tp2_vs_hf_max_diff"] < 1e-4
+        assert r["convert"][kind]["tp2_gathered_equals_converted"] is True

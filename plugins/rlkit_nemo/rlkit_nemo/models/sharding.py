@@ -27,6 +27,11 @@ def _layer_offset(model: nn.Module) -> int:
     return rank * (model.config.num_layers // pp)
 
 
+def _is_glu_fc1(model: nn.Module, name: str) -> bool:
+    """A gated MLP's first layer (Llama's [gate; up]), which TP splits half by half."""
+    return model.config.gated_linear_unit and ".mlp.linear_fc1." in name
+
+
 def _renumber(name: str, offset: int) -> str:
     m = LAYER.match(name)
     return f"{m.group(1)}{int(m.group(2)) + offset}{m.group(3)}" if m else name
@@ -51,7 +56,10 @@ def load_full_state_dict(model: nn.Module, full: Dict[str, torch.Tensor]) -> Non
             raise KeyError(f"{key}: not in the full state dict (has {len(full)} keys, e.g. {sorted(full)[:3]})")
         source = full[key]
         if getattr(local, "tensor_model_parallel", False) and tp > 1:
-            source = source.chunk(tp, dim=local.partition_dim)[tp_rank]
+            if _is_glu_fc1(model, name):  # [gate; up]: each rank holds its slice of both
+                source = torch.cat([half.chunk(tp)[tp_rank] for half in source.chunk(2)])
+            else:
+                source = source.chunk(tp, dim=local.partition_dim)[tp_rank]
         if source.shape != local.shape:
             raise ValueError(f"{key}: full shard {tuple(source.shape)} does not fit {name} {tuple(local.shape)}")
         local.copy_(source.to(local.dtype))
@@ -68,7 +76,10 @@ def full_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
         if getattr(local, "tensor_model_parallel", False) and tp > 1:
             parts = [torch.empty_like(value) for _ in range(tp)]
             dist.all_gather(parts, value.contiguous(), group=parallel_state.get_tensor_model_parallel_group())
-            value = torch.cat(parts, dim=local.partition_dim)
+            if _is_glu_fc1(model, name):
+                value = torch.cat([torch.cat([p.chunk(2)[half] for p in parts]) for half in (0, 1)])
+            else:
+                value = torch.cat(parts, dim=local.partition_dim)
         out[_renumber(name, offset)] = value.cpu()
     if parallel_state.get_pipeline_model_parallel_world_size() > 1:
         stages = [None] * parallel_state.get_pipeline_model_parallel_world_size()
