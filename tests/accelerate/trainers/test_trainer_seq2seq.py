@@ -79,6 +79,17 @@ def test_ppo_with_no_unfrozen_layers_trains_no_decoder_block(tmp_path):
     assert not reference
 
 
+def test_ppo_resumes_exactly(tmp_path):
+    overrides = dict(total_steps=8, checkpoint_interval=4, eval_interval=100)
+    straight = run("ppo", tmp_path / "a", config_overrides=dict(train=overrides))
+    checkpoint = tmp_path / "a" / "ckpts" / "checkpoint_4"
+    resumed = run("ppo", tmp_path / "b", config_overrides=dict(train=dict(overrides, resume_from_checkpoint=str(checkpoint))))
+    losses = [[r["losses/total_loss"] for r in read_metrics(tmp_path / d / "ckpts" / "logs") if r["kind"] == "train"] for d in "ab"]
+    assert losses[1] == losses[0][4:] and len(losses[1]) == 4
+    for (name, p), q in zip(straight.unwrapped_model.state_dict().items(), resumed.unwrapped_model.state_dict().values()):
+        assert torch.equal(p, q), name
+
+
 def lora(method, tmp_path, total_steps=2):
     return run(method, tmp_path, config_overrides=dict(model=dict(peft_config=LORA), train=dict(total_steps=total_steps)))
 
