@@ -54,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-peer", action="store_true", help="rlkit's sides only (to measure an rlkit change quickly; no ratios)")
     p.add_argument("--profile", action="store_true", help="rlkit PPO side: torch.profiler operator table beside each result (slows it)")
     p.add_argument("--json", default=str(BENCH / "results" / "latest.json"), help="where to write all measurements")
+    p.add_argument("--results-dir", default=str(BENCH / "results"), help="where each run's spec, logs and worker results go")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per measurement before it counts as failed")
     args = p.parse_args(argv)
     if args.repeats < 1:
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         "ilql": {"config": str(BENCH.parent / "examples" / "randomwalks" / "ilql_randomwalks.yml"), "steps": args.ilql_steps},
     }
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    workdir = BENCH / "results" / stamp
+    workdir = Path(args.results_dir) / stamp
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=1))

@@ -1,0 +1,50 @@
+"""The rlkit workers end to end on a tiny model (a 4-block Llama and the ByT5 byte tokenizer,
+no files from a hub): they must keep running through the trainers' own API as it changes.
+The TRL worker needs the peer's environment and is not run here."""
+
+import json
+
+import pytest
+from transformers import ByT5Tokenizer, LlamaConfig, LlamaForCausalLM
+
+import run
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    import torch
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = ByT5Tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow  # three worker processes, each importing torch and transformers
+def test_rlkit_sides_run_and_report_their_phases(tiny_model, tmp_path):
+    out = tmp_path / "bench.json"
+    code = run.main(["--cases", "ppo,generate,ilql", "--no-peer", "--repeats", "1", "--model", str(tiny_model),
+                     "--batch", "2", "--new-tokens", "4", "--ppo-epochs", "2", "--ilql-steps", "2",
+                     "--json", str(out), "--results-dir", str(tmp_path / "runs")])
+    report = json.loads(out.read_text())
+    errors = {side: r["error"] for case in report["cases"].values() for side, runs in case["runs"].items() for r in runs if r["error"]}
+    assert code == 0 and not errors, errors
+
+    ppo = {side: runs[0]["result"] for side, runs in report["cases"]["ppo"]["runs"].items()}
+    for result in ppo.values():
+        assert result["optimizer_steps"] == 2  # 2 PPO epochs of one minibatch
+        assert {"rollout/generate", "rollout/reference", "train/backward", "train/optimizer"} <= set(result["phases"])
+        assert result["step_s"] == pytest.approx(sum(result["phases"].values()))
+        assert result["peak_rss_after"]["train"] >= result["peak_rss_after"]["load"] > 0
+    assert ppo["rlkit unfrozen=2"]["trainable_params"] < ppo["rlkit unfrozen=-1"]["trainable_params"]
+
+    generate = report["cases"]["generate"]["runs"]["rlkit rollout generate"][0]["result"]
+    assert generate["new_tokens"] == 4 and generate["prompt_shape"][0] == 2 and generate["tokens_per_s"] > 0
+    ilql = report["cases"]["ilql"]["runs"]["rlkit ILQL"][0]["result"]
+    assert ilql["steps"] == 2 and ilql["samples_per_s"] > 0
+    assert report["spec"]["model"] == str(tiny_model)
