@@ -1,10 +1,24 @@
 """rlkit-nemo: trainers on NeMo 2 / megatron-core (tensor and pipeline parallel).
 
-Importing this package never imports NeMo, megatron-core or torch: what needs them imports
-them when called, and says what to install when they are missing.
+Importing this package never imports NeMo, megatron-core or torch: the trainers are loaded
+on first access, and building one without NeMo says what to install.
 """
 
 from rlkit_nemo.data import ShuffledCyclicSequence
 from rlkit_nemo.lightning import megatron_trainer
 
-__all__ = ["ShuffledCyclicSequence", "megatron_trainer"]
+_TRAINERS = {
+    "NeMoPPOTrainer": "rlkit_nemo.trainers.ppo",
+    "NeMoILQLTrainer": "rlkit_nemo.trainers.offline",
+    "NeMoSFTTrainer": "rlkit_nemo.trainers.offline",
+}
+
+__all__ = ["NeMoILQLTrainer", "NeMoPPOTrainer", "NeMoSFTTrainer", "ShuffledCyclicSequence", "megatron_trainer"]
+
+
+def __getattr__(name):
+    if name in _TRAINERS:
+        import importlib
+
+        return getattr(importlib.import_module(_TRAINERS[name]), name)
+    raise AttributeError(f"module 'rlkit_nemo' has no attribute {name!r}")

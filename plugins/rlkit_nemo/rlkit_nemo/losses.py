@@ -93,3 +93,20 @@ def ilql_inputs(batch) -> dict[str, Any]:
 
 
 METHODS = {"ppo": (ppo_inputs, ppo_loss), "ilql": (ilql_inputs, ilql_loss)}
+
+
+def sft_inputs(batch) -> dict[str, Any]:
+    return dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"], head_kwargs=None)
+
+
+def sft_loss(logits: torch.Tensor, batch) -> tuple[torch.Tensor, dict]:
+    """rlkit-methods' SFT loss (mean next-token CE over output tokens), vocab-parallel:
+    L = -sum_t m_t log p(y_{t+1} | x_<=t) / sum_t m_t with m_t = 1[y_{t+1} != IGNORE_INDEX]."""
+    from rlkit_methods.sft.store import IGNORE_INDEX
+
+    labels = batch["labels"][:, 1:]  # (B, T-1)
+    mask = (labels != IGNORE_INDEX).float()
+    logprobs = vocab_parallel_logprobs(logits[:, :-1], labels.clamp(min=0))  # (B, T-1)
+    loss = -(logprobs * mask).sum() / mask.sum().clamp(min=1)
+    return loss, {"losses/loss": loss.detach()}

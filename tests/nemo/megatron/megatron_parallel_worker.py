@@ -48,8 +48,8 @@ METHOD_CONFIGS = {
 
 def heads_for(method):
     if method == "ppo":
-        return lambda config: ParallelMLPHead(config, MODEL["hidden_size"], 1)
-    return lambda config: ILQLHeads(config, MODEL["hidden_size"], VOCAB, two_qs=True)
+        return lambda config, vocab: ParallelMLPHead(config, MODEL["hidden_size"], 1)
+    return lambda config, vocab: ILQLHeads(config, MODEL["hidden_size"], vocab, two_qs=True)
 
 
 def ppo_batch(g):

@@ -33,11 +33,11 @@ def layer_spec(config: TransformerConfig):
 
 
 class HeadedGPTModel(GPTModel):
-    """Megatron GPT plus ``heads`` (built by ``make_heads(config)`` on the last stage only)."""
+    """Megatron GPT plus ``heads`` (built by ``make_heads(config, vocab_size)`` on the last stage only)."""
 
-    def __init__(self, *, make_heads: Optional[Callable[[TransformerConfig], nn.Module]] = None, **kwargs: Any):
+    def __init__(self, *, make_heads: Optional[Callable[[TransformerConfig, int], nn.Module]] = None, **kwargs: Any):
         super().__init__(**kwargs)
-        self.heads = make_heads(self.config) if (make_heads is not None and self.post_process) else None
+        self.heads = make_heads(self.config, self.vocab_size) if (make_heads is not None and self.post_process) else None
         self._head_kwargs: dict[str, Any] = {}
 
     def forward(self, input_ids, position_ids, attention_mask, *, head_kwargs: Optional[dict] = None, **kwargs):

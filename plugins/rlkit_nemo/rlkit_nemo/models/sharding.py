@@ -44,14 +44,17 @@ def _tensors(model: nn.Module) -> Dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def load_full_state_dict(model: nn.Module, full: Dict[str, torch.Tensor]) -> None:
-    """Copy this rank's slice of ``full`` into ``model``; every local tensor must be covered."""
+def load_full_state_dict(model: nn.Module, full: Dict[str, torch.Tensor], keep: tuple[str, ...] = ()) -> None:
+    """Copy this rank's slice of ``full`` into ``model``; every local tensor must be covered
+    except those whose names start with one of ``keep`` (left as initialised when absent)."""
     tp, tp_rank = parallel_state.get_tensor_model_parallel_world_size(), parallel_state.get_tensor_model_parallel_rank()
     offset = _layer_offset(model)
     for name, local in _tensors(model).items():
         key = _renumber(name, offset)
         if key not in full and key == TIED[0]:
             key = TIED[1]  # a tied output layer on the last stage holds the embedding
+        if key not in full and name.startswith(keep):
+            continue
         if key not in full:
             raise KeyError(f"{key}: not in the full state dict (has {len(full)} keys, e.g. {sorted(full)[:3]})")
         source = full[key]
