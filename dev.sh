@@ -38,6 +38,9 @@ install() {
     # imports without it and its trainers say what to install
     "${pip[@]}" --no-deps -e plugins/rlkit_nemo
     "${pip[@]}" --no-deps "${ASSETS[@]}"
+    # DeepSpeed for the ZeRO tests: its sdist builds against this torch, without compiled ops
+    "${pip[@]}" "setuptools>=69" wheel
+    DS_BUILD_OPS=0 "${pip[@]}" --no-build-isolation "$TORCH_SPEC" "deepspeed==0.19.8"
 }
 
 install_nemo() {

@@ -25,6 +25,7 @@ from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import freeze_trunk, make_head
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
 from rlkit_accelerate.models.policy import check_unfrozen
+from rlkit_accelerate.sharding import local_shard
 
 
 class ILQLHeads(nn.Module):
@@ -63,7 +64,7 @@ class ILQLHeads(nn.Module):
     def sync_target_q_heads(self, alpha: float | None = None) -> None:
         """target <- alpha * q + (1 - alpha) * target (trlX: alpha weighs the online heads)."""
         alpha = self.alpha if alpha is None else alpha
-        sync_target(self.target_q_heads.parameters(), self.q_heads.parameters(), alpha)
+        sync_target(map(local_shard, self.target_q_heads.parameters()), map(local_shard, self.q_heads.parameters()), alpha)
 
 
 @dataclass

@@ -37,6 +37,13 @@ from rlkit_accelerate.metrics_log import MetricsLog
 from rlkit_accelerate.models.adapters import save_base_model
 from rlkit_accelerate.optim import make_optimizer, make_scheduler
 from rlkit_accelerate.reporting import print_samples
+from rlkit_accelerate.sharding import (
+    configure_deepspeed,
+    expose_block_classes,
+    full_parameters,
+    full_state_dict,
+    whole_model_construction,
+)
 from rlkit_accelerate.tokenizers import load_tokenizer
 
 
@@ -79,10 +86,13 @@ class AccelerateRLTrainer(ABC):
         set_seed(train.seed)  # before the model: a model built from a config is the same everywhere
 
         self.tokenizer = load_tokenizer(config.tokenizer, assets.resolve)
-        self.model = self.setup_model()
+        with whole_model_construction(self.accelerator):
+            self.model = self.setup_model()
         self.model.to(self.accelerator.device)
         self.opt = make_optimizer(config.optimizer.name, config.optimizer.kwargs, self.model.parameters())
         self.scheduler = make_scheduler(config.scheduler.name, config.scheduler.kwargs, self.opt)
+        configure_deepspeed(self.accelerator, train.batch_size, train.minibatch_size, train.max_grad_norm)
+        expose_block_classes(self.model)
         self.model, self.opt = self.accelerator.prepare(self.model, self.opt)
 
         self.generate_kwargs, self.generate_sweep_kwarg = self.generation_settings(config.method.gen_kwargs)
@@ -134,6 +144,11 @@ class AccelerateRLTrainer(ABC):
     def unwrapped_model(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)  # never reach through the DDP wrapper
 
+    def full_parameters(self):
+        """Whole weights on every rank while open (ZeRO-3, FSDP), so that generation, which
+        runs a different number of forward passes per rank, needs no collectives."""
+        return full_parameters(self.model)
+
     @property
     def hooks(self):
         return get_host().hook
@@ -160,8 +175,9 @@ class AccelerateRLTrainer(ABC):
     def generate(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
         """Sample continuations: prompt + new tokens, (B, T + n)."""
         kwargs = {**self.generate_kwargs, **kwargs}
-        model = self.unwrapped_model
-        return model.generate(input_ids=input_ids.to(self.accelerator.device), attention_mask=attention_mask.to(self.accelerator.device), **kwargs)
+        device = self.accelerator.device
+        with self.full_parameters():
+            return self.unwrapped_model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
 
     def generate_eval(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
         return self.generate(input_ids, attention_mask, **kwargs)
@@ -222,7 +238,8 @@ class AccelerateRLTrainer(ABC):
             for value in values:
                 suffix = f"@{key}={value}" if key is not None else ""
                 start = time.time()
-                rows = self._generate_rows(self.eval_batches(), {key: value} if key is not None else {})
+                with self.full_parameters():
+                    rows = self._generate_rows(self.eval_batches(), {key: value} if key is not None else {})
                 stats[f"time/generate{suffix}"] = time.time() - start
                 sweep_stats, rows = self._score_rows(rows, suffix)
                 stats.update(sweep_stats)
@@ -304,9 +321,13 @@ class AccelerateRLTrainer(ABC):
         micro = split_microbatches(indices, self.config.train.minibatch_size)
         stats_sum: dict[str, float] = {}
         forward_time = backward_time = 0.0
+        gradient_state = self.accelerator.gradient_state
         for k, mb in enumerate(micro):
             batch = to_device(self.collate([self.store[i] for i in mb]), self.accelerator.device)
-            sync = nullcontext() if k == len(micro) - 1 else self.accelerator.no_sync(self.model)
+            last = k == len(micro) - 1
+            # DeepSpeed steps its engine inside backward whenever gradients sync: only the last
+            gradient_state._set_sync_gradients(last)
+            sync = nullcontext() if last else self.accelerator.no_sync(self.model)
             with sync:
                 start = time.time()
                 loss, stats = self.loss(batch)
@@ -317,7 +338,9 @@ class AccelerateRLTrainer(ABC):
             for name, value in stats.items():
                 stats_sum[name] = stats_sum.get(name, 0.0) + float(value) * len(mb) / len(indices)
         if self.config.train.max_grad_norm:
-            stats_sum["policy/grad_norm"] = float(self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.train.max_grad_norm))
+            norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.train.max_grad_norm)
+            if norm is not None:  # DeepSpeed clips inside its step and may not report the norm
+                stats_sum["policy/grad_norm"] = float(norm)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.scheduler.step()
@@ -389,16 +412,19 @@ class AccelerateRLTrainer(ABC):
         ``merge_adapters=True`` one merged model for plain ``AutoModelForCausalLM``."""
         directory = Path(directory or self.checkpoint_dir / "hf_model")
         self.accelerator.wait_for_everyone()
-        if self.is_main_process:
-            self._export(directory, merge_adapters, **kwargs)
+        self._export(directory, merge_adapters, **kwargs)
         self.accelerator.wait_for_everyone()
 
     def _export(self, directory: Path, merge_adapters: bool = False, **kwargs) -> None:
+        """Written by the main process; every rank calls it (a sharded model is gathered first)."""
+        state = full_state_dict(self.model)  # None unless sharded
+        if not self.is_main_process:
+            return
         model = self.unwrapped_model
         if getattr(model, "heads_file", None):  # a wrapper with rlkit heads
-            model.save_pretrained(directory, merge_adapters=merge_adapters, **kwargs)
+            model.save_pretrained(directory, merge_adapters=merge_adapters, state_dict=state, **kwargs)
         else:
-            save_base_model(model, directory, merge_adapters, **kwargs)
+            save_base_model(model, directory, merge_adapters, state, **kwargs)
         self.tokenizer.save_pretrained(directory)
 
     def save(self, directory: str | os.PathLike | None = None) -> Path:
@@ -422,7 +448,7 @@ class AccelerateRLTrainer(ABC):
         torch.save(state, tmp / f"trainer_state_{acc.process_index}.pt")
         if self.is_main_process:
             self.config.save_yaml(tmp / "config.yml")
-            self._export(tmp / "hf_model")
+        self._export(tmp / "hf_model")
         acc.wait_for_everyone()
         if self.is_main_process:
             commit_temporary(directory)
