@@ -16,7 +16,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import rlkit_core  # noqa: E402
-from rlkit_methods import default_ilql_config, default_ppo_config  # noqa: E402
+from rlkit_methods import default_ilql_config, default_ppo_config, default_sft_config  # noqa: E402
 
 YAML = str(files("rlkit_nemo") / "configs" / "megatron_tiny_cpu.yaml")
 
@@ -59,7 +59,7 @@ def main(out):
 
     ppo = config(default_ppo_config, "NeMoPPOTrainer", hf, num_rollouts=4, chunk_size=2, ppo_epochs=1,
                  gen_kwargs=dict(max_new_tokens=6, top_k=0, top_p=1.0, do_sample=True))
-    from rlkit_nemo import NeMoPPOTrainer
+    from rlkit_nemo import NeMoILQLTrainer, NeMoPPOTrainer
     from rlkit_nemo.models.gpt import causal_padding_mask
 
     fresh = NeMoPPOTrainer(ppo, reward_fn=reward_fn, **ppo.train.trainer_kwargs)
@@ -97,6 +97,19 @@ def main(out):
         "target_moved": float((target_now - start.target).abs().max()),  # frozen: only syncs move it
         "generated": generated[0].tolist(),
     }
+    # checkpoint: each TP rank saves its shard; a new trainer loads it back
+    trainer.save(str(out / "ilql_ckpt"))
+    before = trainer.engine.module.state_dict()
+    again = NeMoILQLTrainer(ilql, **ilql.train.trainer_kwargs)
+    again.load(str(out / "ilql_ckpt"))
+    after = again.engine.module.state_dict()
+    results["ilql"]["checkpoint_round_trip"] = again.iter_count == 2 and all(
+        torch.equal(before[k], after[k]) for k in before if isinstance(before[k], torch.Tensor)
+    )
+
+    sft = config(default_sft_config, "NeMoSFTTrainer", hf, gen_kwargs=dict(max_new_tokens=4))
+    trainer = rlkit_core.train(samples=[["ab", "aa"], ["ba", "bb"]] * 2, config=sft)
+    results["sft"] = {"steps": trainer.iter_count, "losses": [h["losses/loss"] for h in trainer.history]}
     (out / f"trainers_{rank}.json").write_text(json.dumps(results, indent=1))
     dist.destroy_process_group()
 

@@ -1,5 +1,5 @@
-"""NeMo-trainer smoke test: rlkit_core.train selects NeMoPPOTrainer and NeMoILQLTrainer by
-train.trainer and runs 2 steps of each at TP=2 on two CPU processes, from a tiny HF GPT-2."""
+"""NeMo-trainer smoke test: rlkit_core.train selects NeMoPPOTrainer, NeMoILQLTrainer and
+NeMoSFTTrainer by train.trainer and runs 2 steps of each at TP=2 on two CPU processes, from a tiny HF GPT-2."""
 
 import json
 import math
@@ -34,5 +34,13 @@ def test_ilql_two_steps_at_tp2_and_q_guided_generation(ranks):
         assert ilql["steps"] == 2 and all(math.isfinite(x) for x in ilql["losses"])
         assert ilql["target_moved"] > 0  # synced every step (steps_for_target_q_sync=1)
         assert 3 <= len(ilql["generated"]) <= 6 and ilql["generated"][:2] == [100, 101]
+        assert ilql["checkpoint_round_trip"] is True
     assert results[0]["ilql"]["losses"] == results[1]["ilql"]["losses"]
     assert results[0]["ilql"]["generated"] == results[1]["ilql"]["generated"]  # sampled once, broadcast over TP
+
+
+def test_sft_two_steps_at_tp2(ranks):
+    results, _ = ranks
+    for r in results:
+        assert r["sft"]["steps"] == 2 and all(math.isfinite(x) and x > 0 for x in r["sft"]["losses"])
+    assert results[0]["sft"]["losses"] == results[1]["sft"]["losses"]
