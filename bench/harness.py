@@ -31,6 +31,7 @@ def read_spec(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def write_result(path: str | os.PathLike, result: dict[str, Any]) -> None:
+    result = {"peak_rss_bytes": peak_rss_bytes(), **result}
     Path(path).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
 
 
@@ -158,10 +159,23 @@ def grad_phase(rollout: str, train: str) -> Callable[..., str]:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far (Linux: ru_maxrss is in KiB)."""
+    """This process's peak resident memory since it started its program.
+
+    ``/proc/self/status`` VmHWM belongs to the current address space, made fresh by exec.
+    ``getrusage`` (and ``wait4`` in the parent) keep the maximum from before exec too, which
+    for a spawned worker includes the RSS of the process that forked it; it is only the
+    fallback where there is no /proc.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def cuda_peak_bytes(device: str) -> int | None:

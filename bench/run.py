@@ -104,8 +104,10 @@ def rlkit_cli(python: str) -> list[str]:
 
 
 def measure(argv: list[str], env: dict[str, str], timeout: int, log: Path) -> dict[str, Any]:
-    """Run one process; its wall and CPU time, exit code and own peak RSS (``wait4``: this
-    child only, not the maximum over every child so far as ``RUSAGE_CHILDREN`` would give)."""
+    """Run one process; its wall and CPU time, exit code and peak RSS by ``wait4`` (this child
+    only, not the maximum over every child so far as ``RUSAGE_CHILDREN`` gives; but Linux
+    carries the pre-exec maximum over exec, so it includes this process's RSS at the fork,
+    ~20 MB for the runner: workers report their own VmHWM, which run_side prefers)."""
     with open(log, "w") as out:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=BENCH.parent)
@@ -145,6 +147,8 @@ def run_side(case: Case, side: Side, rep: int, args: argparse.Namespace, pythons
         print(f"  {side.name} rep {rep}: FAILED {run['error']}", file=sys.stderr)
         return run
     run["result"] = json.loads(out_path.read_text()) if side.script else {}
+    if "peak_rss_bytes" in run["result"]:  # the worker's own VmHWM: wait4's figure includes our RSS at fork
+        run["peak_rss_wait4_bytes"], run["peak_rss_bytes"] = run["peak_rss_bytes"], run["result"]["peak_rss_bytes"]
     if case.metric == "process_s":  # a timed command: CPU time on a shared CPU (see harness.clock)
         run["metric"] = run["cpu_s"] if args.device == "cpu" else run["wall_s"]
     else:
