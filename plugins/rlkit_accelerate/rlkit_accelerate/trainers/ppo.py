@@ -41,7 +41,9 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
         self.running_moments = RunningMoments()
         self.ref_mean, self.ref_std = method.ref_mean, method.ref_std
         self.mean_kl = 0.0
-        self.store = PPORolloutStorage(self.tokenizer.pad_token_id, self.tokenizer.padding_side)
+        # prompts left-padded whatever tokenizer.padding_side says: the policies read the state
+        # before the first response token in the prompt's last column, as at rollout time
+        self.store = PPORolloutStorage(self.tokenizer.pad_token_id, "left")
         experience = method.gen_experience_kwargs or method.gen_kwargs
         self.experience_kwargs, _ = self.generation_settings({k: (v[0] if isinstance(v, list) else v) for k, v in experience.items()})
         self.prompt_pipeline = None
