@@ -69,6 +69,17 @@ def test_sft_loss_falls(tmp_path):
     assert sum(losses[-4:]) / 4 < 0.85 * sum(losses[:4]) / 4, losses
 
 
+def test_sft_loss_is_transformers_own_seq2seq_loss(tmp_path):
+    trainer = run("sft", tmp_path, config_overrides=dict(train=dict(total_steps=1)))
+    batch = trainer.store.collate([trainer.store[i] for i in range(8)])  # outputs of different lengths
+    assert (batch["labels"] == -100).any()
+    trainer.model.eval()
+    with torch.no_grad():
+        loss, _ = trainer.loss(batch)
+        expected = trainer.unwrapped_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+    assert torch.allclose(loss, expected)
+
+
 def test_ppo_with_no_unfrozen_layers_trains_no_decoder_block(tmp_path):
     initial = base_weights().state_dict()
     trainer = run("ppo", tmp_path, config_overrides=dict(model=dict(num_layers_unfrozen=0), train=dict(total_steps=2)))

@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlkit_methods.sft.store import IGNORE_INDEX
+
 from rlkit_accelerate.models import find_layout, freeze_trunk
 from rlkit_accelerate.models.adapters import is_peft_model
 from rlkit_accelerate.models.policy import check_unfrozen
@@ -50,9 +52,12 @@ class AccelerateSFTTrainer(AccelerateRLTrainer):
 
     def loss(self, batch):
         if is_seq2seq(self.config):
+            labels = batch["labels"]  # (B, R), IGNORE_INDEX on padding
+            # the decoder reads [start] + labels[:-1] (passing labels would make the model compute a second loss)
+            decoder_input_ids = self.unwrapped_model.prepare_decoder_input_ids_from_labels(labels=labels)
             logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                labels=batch["labels"], use_cache=False).logits  # (B, R, V): position t predicts labels[t]
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100)
+                                decoder_input_ids=decoder_input_ids, use_cache=False).logits  # (B, R, V): t predicts labels[t]
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
             return loss, {"loss": loss.item()}
         from rlkit_methods.sft.losses import sft_loss
 
