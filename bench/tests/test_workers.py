@@ -48,3 +48,21 @@ def test_rlkit_sides_run_and_report_their_phases(tiny_model, tmp_path):
     ilql = report["cases"]["ilql"]["runs"]["rlkit ILQL"][0]["result"]
     assert ilql["steps"] == 2 and ilql["samples_per_s"] > 0
     assert report["spec"]["model"] == str(tiny_model)
+
+
+def test_model_folder_rebuilds_the_architecture_with_seeded_weights(tiny_model, tmp_path):
+    from safetensors.torch import load_file
+
+    import model_folder
+
+    copied = model_folder.skeleton(tiny_model, tmp_path / "skeleton")
+    assert "config.json" in copied and not (tmp_path / "skeleton" / "model.safetensors").exists()
+    model_folder.init(tmp_path / "skeleton", tmp_path / "a", seed=3)
+    model_folder.init(tmp_path / "skeleton", tmp_path / "b", seed=3)
+    a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
+    original = load_file(tiny_model / "model.safetensors")
+    assert a.keys() == original.keys() and all(a[k].shape == original[k].shape for k in a)
+    assert all((a[k] == b[k]).all() for k in a)  # the same seed, the same weights on every machine
+    assert any((a[k] != original[k]).any() for k in a)
+    with pytest.raises(SystemExit, match="has no config.json"):
+        model_folder.init(tmp_path / "nothing", tmp_path / "c")
