@@ -6,6 +6,7 @@ seq2seq ILQL on two processes."""
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -165,12 +166,19 @@ def test_a_lora_config_naming_modules_t5_lacks_is_one_line(tmp_path):
         run("ilql", tmp_path, config_overrides=dict(model=dict(peft_config=dict(LORA, target_modules=["c_attn"]))))
 
 
+def free_port() -> int:
+    """A port no one listens on now (other test runs on this machine start torchrun too)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.mark.slow
 def test_seq2seq_ilql_on_two_processes(tmp_path):
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     script = Path(__file__).with_name("t5_ddp_walks.py")
     result = subprocess.run(
-        [torchrun, "--nproc_per_node", "2", "--master_port", str(30500 + os.getpid() % 1000), str(script), "ilql", str(tmp_path)],
+        [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), str(script), "ilql", str(tmp_path)],
         capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"),
     )
     assert result.returncode == 0, result.stderr[-4000:]
