@@ -16,8 +16,15 @@ PY=${PY:-python3}
 [ -d .whl ] || { echo "gpu.sh: .whl/ is missing: download trl and its missing deps (docs/benchmarks.md)" >&2; exit 2; }
 [ -f bench/gpu-model/config.json ] || { echo "gpu.sh: bench/gpu-model/ is missing: python bench/model_folder.py skeleton --out bench/gpu-model" >&2; exit 2; }
 
-# trl 0.29.1, datasets, dill, multiprocess, cattrs, ...: pure-Python wheels, no index
-$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
+# trl 0.29.1 and what the image lacks for it and for rlkit: pure-Python wheels, no index.
+# Only these: .whl/ may hold other work's wheels (deepspeed, ...) that the bench must not pull in.
+wheels=()
+for name in trl datasets dill multiprocess cattrs; do
+    found=(.whl/"$name"-*.whl)
+    [ -f "${found[0]}" ] || { echo "gpu.sh: no .whl/$name-*.whl: download it (docs/benchmarks.md, GPU path)" >&2; exit 2; }
+    wheels+=("${found[@]}")
+done
+$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${wheels[@]}"
 # rlkit's distributions installed (not just put on PYTHONPATH): the plugin host finds the
 # methods and the accelerate backend through their entry points, which need dist-info
 $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target "$SITE" \
