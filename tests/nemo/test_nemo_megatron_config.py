@@ -24,7 +24,10 @@ def test_shipped_yamls_translate_to_their_parallel_layouts():
     assert (tiny["strategy"]["tensor_model_parallel_size"], tiny["strategy"]["pipeline_model_parallel_size"]) == (2, 1)
     assert tiny["precision"] is None and tiny["optimizer"]["bf16"] is False
     assert (b20["strategy"]["tensor_model_parallel_size"], b20["strategy"]["pipeline_model_parallel_size"]) == (8, 2)
-    assert b20["strategy"]["sequence_parallel"] is True
+    assert b20["strategy"]["sequence_parallel"] is False
+    sp = shipped("megatron_20b.yaml")
+    sp["model"]["sequence_parallel"] = True
+    assert translate(sp)["strategy"]["sequence_parallel"] is True
     assert b20["trainer"]["num_nodes"] == 4 and b20["trainer"]["devices"] == 8
     assert b20["model"]["activations_checkpoint_granularity"] == "full"
     assert b13["data"] == {"micro_batch_size": 32, "global_batch_size": 256, "seq_len": 2048}

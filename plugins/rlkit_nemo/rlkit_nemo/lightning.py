@@ -22,6 +22,16 @@ def require_nemo(what: str = "the NeMo backend"):
     return nl
 
 
+def require_megatron(what: str = "the NeMo trainers"):
+    """``megatron.core``, or a one-line error saying what to install. The trainers drive
+    megatron-core directly, so a GPU image needs its wheel, not NeMo's whole tree."""
+    try:
+        import megatron.core as mcore
+    except ImportError as exc:
+        raise ConfigError(f"{what} needs megatron-core, which is not importable ({exc}); {INSTALL_HINT}") from None
+    return mcore
+
+
 def _dtype(name: str | None):
     import torch
 

@@ -30,10 +30,13 @@ def tiny_gpt2(path):
 
 def config(default, trainer, hf, **method):
     return default().evolve(
-        train=dict(trainer=trainer, total_steps=2, batch_size=2, seq_length=32, eval_interval=100,
-                   checkpoint_interval=100, trainer_kwargs=dict(megatron_cfg=YAML, pretrained_model=hf)),
+        train=dict(trainer=trainer, total_steps=2, batch_size=2, seq_length=32, eval_interval=2,
+                   checkpoint_interval=2, checkpoint_dir=str(CKPTS / trainer), trainer_kwargs=dict(megatron_cfg=YAML, pretrained_model=hf)),
         model=dict(model_path=hf), tokenizer=dict(tokenizer_path="byt5"), method=method,
     )
+
+
+CKPTS = Path(sys.argv[1]) / "ckpts"
 
 
 def reward_fn(samples, prompts, outputs, **kwargs):
@@ -78,7 +81,8 @@ def main(out):
     results["ppo"] = {
         "steps": trainer.iter_count,
         "ref_vs_policy_at_step0": float((policy_logits - ref_logits).abs().max()),
-        "losses": [h["losses/total_loss"] for h in trainer.history],
+        "losses": [h["losses/total_loss"] for h in trainer.history if "eval" not in h],
+        "evals": [h for h in trainer.history if "eval" in h],
         "rollouts": len(trainer.store),
         "trained_changed_weights": any(not torch.equal(exported[k], initial[k]) for k in initial if k in exported),
         "tp_group_rank": trainer.engine.ps.get_tensor_model_parallel_rank(),
@@ -93,7 +97,7 @@ def main(out):
     generated = trainer.generate(torch.tensor([[97, 98]]) + 3)  # "ab" in ByT5 ids
     results["ilql"] = {
         "steps": trainer.iter_count,
-        "losses": [h["losses/loss"] for h in trainer.history],
+        "losses": [h["losses/loss"] for h in trainer.history if "eval" not in h],
         "target_moved": float((target_now - start.target).abs().max()),  # frozen: only syncs move it
         "generated": generated[0].tolist(),
     }
@@ -109,7 +113,7 @@ def main(out):
 
     sft = config(default_sft_config, "NeMoSFTTrainer", hf, gen_kwargs=dict(max_new_tokens=4))
     trainer = rlkit_core.train(samples=[["ab", "aa"], ["ba", "bb"]] * 2, config=sft)
-    results["sft"] = {"steps": trainer.iter_count, "losses": [h["losses/loss"] for h in trainer.history]}
+    results["sft"] = {"steps": trainer.iter_count, "losses": [h["losses/loss"] for h in trainer.history if "eval" not in h]}
     (out / f"trainers_{rank}.json").write_text(json.dumps(results, indent=1))
     dist.destroy_process_group()
 

@@ -25,7 +25,7 @@ def test_tiny_cpu_yaml_gives_a_megatron_trainer():
     assert trainer.max_steps == 2 and trainer.num_devices == 2
 
 
-def test_20b_yaml_gives_tp8_pp2_sequence_parallel_bf16_o2():
+def test_20b_yaml_gives_tp8_pp2_bf16_o2():
     import nemo.lightning as nl
 
     from rlkit_nemo import megatron_trainer
@@ -34,7 +34,7 @@ def test_20b_yaml_gives_tp8_pp2_sequence_parallel_bf16_o2():
     path = str(CONFIGS / "megatron_20b.yaml")
     trainer = megatron_trainer(path, cpu=True, max_steps=3)
     s = trainer.strategy
-    assert (s.tensor_model_parallel_size, s.pipeline_model_parallel_size, s.sequence_parallel) == (8, 2, True)
+    assert (s.tensor_model_parallel_size, s.pipeline_model_parallel_size, s.sequence_parallel) == (8, 2, False)
     plugin = trainer.precision_plugin
     assert isinstance(plugin, nl.MegatronMixedPrecision)
     assert plugin.dtype_config.params_dtype == torch.bfloat16 and plugin.dtype_config.autocast_enabled is False

@@ -25,6 +25,10 @@ def test_ppo_two_steps_at_tp2(ranks):
     assert results[0]["ppo"]["losses"] == results[1]["ppo"]["losses"]  # TP ranks agree
     assert {r["ppo"]["tp_group_rank"] for r in results} == {0, 1}
     assert (out / "ppo_hf" / "config.json").is_file()
+    # evaluation and checkpoint at step 2 (eval_interval = checkpoint_interval = 2)
+    assert [e["step"] for e in results[0]["ppo"]["evals"]] == [2] and "reward/mean" in results[0]["ppo"]["evals"][0]
+    shards = sorted(p.name for p in (out / "ckpts" / "NeMoPPOTrainer" / "checkpoint_2").iterdir())
+    assert shards == ["mp_rank_00_000.pt", "mp_rank_01_000.pt"]
 
 
 def test_ilql_two_steps_at_tp2_and_q_guided_generation(ranks):

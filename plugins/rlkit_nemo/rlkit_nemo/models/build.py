@@ -63,13 +63,13 @@ def transformer_config(model: Mapping[str, Any], *, cpu: bool = False, **overrid
         recompute_method=model.get("activations_checkpoint_method") if recompute == "full" else None,
         recompute_num_layers=model.get("activations_checkpoint_num_layers") if recompute == "full" else None,
         use_cpu_initialization=cpu,
-        # CUDA-only fusions off on CPU
-        bias_activation_fusion=not cpu and not gated and model.get("bias", True),
-        masked_softmax_fusion=not cpu,
-        bias_dropout_fusion=not cpu,
+        # the plain-torch layer spec (see gpt.layer_spec) takes no fused kernels
+        bias_activation_fusion=False,
+        masked_softmax_fusion=False,
+        bias_dropout_fusion=False,
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
-        persist_layer_norm=not cpu,
+        persist_layer_norm=False,
     )
     kwargs.update(overrides)
     return TransformerConfig(**{k: v for k, v in kwargs.items() if v is not None or k.startswith("recompute")})

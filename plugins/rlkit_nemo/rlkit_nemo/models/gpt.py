@@ -19,17 +19,19 @@ from megatron.core.transformer import TransformerConfig
 
 
 def layer_spec(config: TransformerConfig):
-    """Transformer Engine's layer spec when TE is installed (GPU), else megatron-core's
-    plain-torch one (CPU tests)."""
-    try:
-        import transformer_engine  # noqa: F401
-    except ImportError:
-        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    """megatron-core's plain-torch layer spec, on CPU and GPU alike: its parameter names are
+    the ones :mod:`rlkit_nemo.convert` maps (Transformer Engine's spec fuses the norms into
+    the linear layers under other names, and is not mapped yet)."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-        return get_gpt_layer_local_spec(normalization=config.normalization)
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+    if config.sequence_parallel:
+        from rlkit_core.errors import ConfigError
 
-    return get_gpt_layer_with_transformer_engine_spec()
+        raise ConfigError(
+            "megatron_cfg.model.sequence_parallel: needs Transformer Engine's layer spec, which rlkit-nemo's "
+            "models do not use yet; set it to false"
+        )
+    return get_gpt_layer_local_spec(normalization=config.normalization)
 
 
 class HeadedGPTModel(GPTModel):

@@ -46,9 +46,9 @@ class NeMoTrainer:
 
     def __init__(self, config, *, reward_fn=None, metric_fn=None, stop_sequences=None, logit_mask=None,
                  megatron_cfg=None, pretrained_model=None, make_heads=None, **kwargs):
-        from rlkit_nemo.lightning import require_nemo
+        from rlkit_nemo.lightning import require_megatron
 
-        require_nemo(f"train.trainer: {type(self).__name__}")
+        require_megatron(f"train.trainer: {type(self).__name__}")
         if kwargs:
             raise ConfigError(f"train.trainer_kwargs.{sorted(kwargs)[0]}: unknown argument of {type(self).__name__}; "
                               f"it takes megatron_cfg and pretrained_model")
@@ -102,8 +102,43 @@ class NeMoTrainer:
         getattr(get_host().hook, name)(trainer=self, is_main_process=self.is_main_process, **kwargs)
 
     def record(self, stats: dict) -> None:
+        """After each optimizer step: log, and evaluate / checkpoint at trlX's intervals."""
         self.history.append({"step": self.iter_count, **stats})
         self.hook("rlkit_step_end", step=self.iter_count, metrics=stats)
+        train = self.config.train
+        if self.iter_count % train.eval_interval == 0 or self.iter_count == train.total_steps:
+            self.evaluate()
+        if self.iter_count % train.checkpoint_interval == 0:
+            self.save()
+
+    def evaluate(self) -> dict:
+        """Generate for the eval prompts (one batch per data-parallel rank) and score them
+        with the reward and metric functions; PP=1 only (sampling), skipped otherwise."""
+        if self.eval_pipeline is None or self.engine.ps.get_pipeline_model_parallel_world_size() > 1:
+            return {}
+        pipe, engine = self.eval_pipeline, self.engine
+        size = self.config.train.batch_size
+        items = [pipe[i] for i in range(engine.dp_rank * size, min(len(pipe), (engine.dp_rank + 1) * size))]
+        if not items:
+            return {}
+        batch = pipe.collate(items)
+        new = self.generate(batch["input_ids"], batch["attention_mask"])[:, batch["input_ids"].shape[1]:]
+        tok = self.tokenizer
+        prompts = tok.batch_decode(batch["input_ids"], skip_special_tokens=True)
+        outputs = tok.batch_decode(new, skip_special_tokens=True)
+        samples = [p + o for p, o in zip(prompts, outputs)]
+        stats: dict = {}
+        for name, fn in (("reward", self.reward_fn), ("metric", self.metric_fn)):
+            if fn is None:
+                continue
+            result = fn(samples=samples, prompts=prompts, outputs=outputs, tokenizer=tok)
+            values = result if isinstance(result, dict) else {"mean": result}
+            for key, xs in values.items():
+                stats[f"{name}/{key}"] = float(torch.tensor([float(x) for x in xs]).mean())
+        self.history.append({"step": self.iter_count, "eval": True, **stats})
+        self.hook("rlkit_evaluation_end", step=self.iter_count, metrics=stats,
+                  samples=list(zip(prompts, outputs)))
+        return stats
 
     # --- checkpoints ---------------------------------------------------------------------------
 

@@ -4,8 +4,9 @@ in megatron-core's DDP, its optimizer, one optimisation step through Megatron's 
 sampling, and full-weight export.
 
 The Lightning pieces (``megatron_trainer``) come from the same Megatron YAML; the loops here
-drive megatron-core directly, so that PPO can interleave generation and optimisation as
-trlX's NeMo PPO did.
+drive megatron-core directly (what NeMo's MegatronStrategy wraps), so that PPO can
+interleave generation and optimisation as trlX's NeMo PPO did, and a GPU needs only the
+megatron-core wheel.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch.distributed as dist
 
 from rlkit_core.errors import ConfigError
 
-from rlkit_nemo.lightning import require_nemo
+from rlkit_nemo.lightning import require_megatron
 from rlkit_nemo.megatron_config import translate
 from rlkit_nemo.parallel import check_parallel_sizes
 
@@ -49,7 +50,7 @@ def load_hf_source(pretrained: Any):
 class MegatronEngine:
     def __init__(self, megatron_cfg: Any, *, make_heads: Optional[Callable] = None, pretrained_model: Any = None,
                  vocab_size: Optional[int] = None, seed: int = 1000, what: str = "the NeMo trainers"):
-        require_nemo(what)
+        require_megatron(what)
         from megatron.core import parallel_state as ps
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.distributed.finalize_model_grads import finalize_model_grads
@@ -199,7 +200,8 @@ class MegatronEngine:
             T = ids.shape[1]
             last = torch.full((B, 1), T - 1, device=self.device)
             head_kwargs = {"states_ixs": last, "actions_ixs": last} if logits_fn is not None else None
-            logits, heads = self.forward(self.module, ids, mask, position_ids_from_mask(mask), head_kwargs)
+            out = self.forward(self.module, ids, mask, position_ids_from_mask(mask), head_kwargs)
+            logits, heads = out if isinstance(out, tuple) else (out, None)  # SFT's model has no heads
             logits = gather_from_tensor_model_parallel_region(logits[:, -1:].float())[:, 0]  # (B, V)
             if logits_fn is not None:
                 logits = logits_fn(logits, heads)
