@@ -14,6 +14,7 @@ patch_for_cpu()
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+import yaml  # noqa: E402
 
 import rlkit_core  # noqa: E402
 from rlkit_methods import default_ilql_config, default_ppo_config, default_sft_config  # noqa: E402
@@ -110,6 +111,17 @@ def main(out):
     results["ilql"]["checkpoint_round_trip"] = again.iter_count == 2 and all(
         torch.equal(before[k], after[k]) for k in before if isinstance(before[k], torch.Tensor)
     )
+
+    # PP=2: ILQL's steps through the 1F1B schedule, one layer per stage, heads on the last
+    pp2 = yaml.safe_load(Path(YAML).read_text())
+    pp2["model"].update(tensor_model_parallel_size=1, pipeline_model_parallel_size=2)
+    ilql_pp = ilql.evolve(train=dict(trainer_kwargs=dict(megatron_cfg=pp2, pretrained_model=hf), checkpoint_interval=100))
+    trainer = rlkit_core.train(samples=samples, rewards=[1.0, 0.0, 1.0, 0.0], config=ilql_pp)
+    results["ilql_pp2"] = {
+        "steps": trainer.iter_count, "stage": trainer.engine.ps.get_pipeline_model_parallel_rank(),
+        "losses": [h["losses/loss"] for h in trainer.history if "eval" not in h],
+        "has_heads": trainer.engine.module.heads is not None,
+    }
 
     sft = config(default_sft_config, "NeMoSFTTrainer", hf, gen_kwargs=dict(max_new_tokens=4))
     trainer = rlkit_core.train(samples=[["ab", "aa"], ["ba", "bb"]] * 2, config=sft)

@@ -48,3 +48,13 @@ def test_sft_two_steps_at_tp2(ranks):
     for r in results:
         assert r["sft"]["steps"] == 2 and all(math.isfinite(x) and x > 0 for x in r["sft"]["losses"])
     assert results[0]["sft"]["losses"] == results[1]["sft"]["losses"]
+
+
+def test_ilql_two_steps_at_pp2(ranks):
+    results, _ = ranks
+    by_stage = {r["ilql_pp2"]["stage"]: r["ilql_pp2"] for r in results}
+    assert set(by_stage) == {0, 1}
+    assert by_stage[1]["has_heads"] is True and by_stage[0]["has_heads"] is False  # heads on the last stage only
+    for r in by_stage.values():
+        assert r["steps"] == 2 and len(r["losses"]) == 2 and all(math.isfinite(x) for x in r["losses"])
+    assert by_stage[0]["losses"] == by_stage[1]["losses"]  # the last stage's stats reach every stage

@@ -77,6 +77,9 @@ class MegatronEngine:
                              where="megatron_cfg.model")
         if vocab_size is None or vocab_size % tp:
             raise ConfigError(f"megatron_cfg.model: vocabulary size {vocab_size} must be divisible by tensor_model_parallel_size={tp}")
+        if ps.model_parallel_is_initialized() and (
+            ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()) != (tp, pp):
+            ps.destroy_model_parallel()  # a previous trainer in this process used other sizes
         if not ps.model_parallel_is_initialized():
             ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
         torch.manual_seed(seed)
