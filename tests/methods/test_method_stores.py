@@ -110,3 +110,34 @@ def test_sft_loss_ignores_padding_and_prompt():
     labels = torch.tensor([[-100, 2, 3, -100]])
     want = torch.nn.functional.cross_entropy(logits[0, :2], torch.tensor([2, 3]))
     assert sft_loss(logits, labels).item() == pytest.approx(want.item(), rel=1e-6)
+
+
+def _rollout(query, response, hidden=None):
+    from rlkit_methods.ppo.store import PPORLElement
+
+    n = len(response)
+    return PPORLElement(query_tensor=torch.tensor(query), response_tensor=torch.tensor(response), logprobs=torch.zeros(n),
+                        values=torch.zeros(n), rewards=torch.zeros(n), trunk=hidden)
+
+
+def test_kept_trunk_rows_are_padded_like_the_tokens_they_belong_to():
+    from rlkit_methods.ppo.store import ppo_collate_fn
+
+    # each trunk row holds its token id, so alignment is visible
+    rows = lambda ids: torch.tensor(ids, dtype=torch.float).unsqueeze(1).repeat(1, 3)  # noqa: E731
+    elems = [_rollout([5, 6], [7], rows([5, 6, 7])), _rollout([8], [9, 10, 11], rows([8, 9, 10, 11]))]
+    batch = ppo_collate_fn("left", 0, elems)
+    tokens = torch.cat([batch.query_tensors, batch.response_tensors], dim=1)
+    assert batch.trunk.shape == (2, tokens.shape[1], 3)
+    real = batch.attention_mask.bool()
+    assert torch.equal(batch.trunk[..., 0][real], tokens[real].float())
+    assert batch.trunk[~real].abs().sum() == 0
+
+
+def test_kept_trunk_in_some_rollouts_only_is_an_error():
+    from rlkit_methods.ppo.store import ppo_collate_fn
+
+    elems = [_rollout([5], [7], torch.zeros(2, 3)), _rollout([8], [9])]
+    with pytest.raises(ValueError, match="trunk must cover each rollout"):
+        ppo_collate_fn("left", 0, elems)
+    assert ppo_collate_fn("left", 0, [_rollout([8], [9])]).trunk is None

@@ -44,6 +44,7 @@ class PolicyOutput:
     logits: torch.Tensor  # [B, T, V]
     values: torch.Tensor  # [B, T]
     hidden_states: torch.Tensor | None = None  # [B, T, H], the LM head's input
+    trunk_hidden: torch.Tensor | None = None  # [B, T, H], what enters block branch_index (score_rollout)
 
 
 def check_unfrozen(name: str, value: int, num_blocks: int, allow_all: bool) -> None:
@@ -127,6 +128,24 @@ class CausalLMWithValueHead(nn.Module):
         index = self.branch_index
         return run_trunk(self.base_model, self.layout, index, input_ids, attention_mask, position_ids)
 
+    def caches_trunk(self) -> bool:
+        """Whether the rollout's trunk output can stand in for the trunk in every PPO epoch:
+        the blocks below the branch are frozen and nothing in the model drops out, so they give
+        the same hidden states each time (with dropout, training runs them differently)."""
+        if self.uses_adapters or self.branch_index == 0:
+            return False
+        config = getattr(self.base_model, "config", None)
+        rates = [getattr(config, name, 0.0) or 0.0 for name in ("attention_dropout", "hidden_dropout", "dropout")]
+        dropout = any(isinstance(m, nn.Dropout) and m.p > 0 for m in self.base_model.modules())
+        return not dropout and not any(isinstance(r, float) and r > 0 for r in rates)
+
+    def cached_trunk(self, trunk_hidden: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> BranchInput:
+        """A trunk output from kept hidden states; only the block arguments are recomputed
+        (embedding up to the first block, not the blocks themselves)."""
+        position_ids = position_ids_from_mask(attention_mask)
+        start = run_trunk(self.base_model, self.layout, 0, input_ids, attention_mask, position_ids)
+        return BranchInput(hidden=trunk_hidden.to(start.hidden.dtype), index=self.branch_index, args=start.args, kwargs=start.kwargs)
+
     def forward_top(self, trunk: BranchInput, return_hidden: bool = False) -> PolicyOutput:
         """Trainable top and heads on a trunk output: logits and values."""
         if trunk.index != self.branch_index:
@@ -154,16 +173,21 @@ class CausalLMWithValueHead(nn.Module):
         return_hidden: bool = False,
         response_ids: torch.Tensor | None = None,
         response_mask: torch.Tensor | None = None,
+        trunk_hidden: torch.Tensor | None = None,
     ) -> PolicyOutput:
         """Logits and values. ``position_ids`` default to following the real tokens.
 
         With ``response_ids`` (the interface the seq2seq policy shares), ``input_ids`` are the
         left-padded prompts and the outputs cover the response only: logits [B, R, V]
-        predicting each response token and values [B, R] of the states before them."""
+        predicting each response token and values [B, R] of the states before them;
+        ``trunk_hidden`` (see ``caches_trunk``) replaces running the frozen trunk."""
         if response_ids is not None:
             input_ids, attention_mask = _join(input_ids, attention_mask, response_ids, response_mask)
-            out = self.forward_top(self.forward_trunk(input_ids, attention_mask), return_hidden=return_hidden)
-            return _response_part(out, response_ids.shape[1])
+            if trunk_hidden is not None:
+                trunk = self.cached_trunk(trunk_hidden, input_ids, attention_mask)
+            else:
+                trunk = self.forward_trunk(input_ids, attention_mask)
+            return _response_part(self.forward_top(trunk, return_hidden=return_hidden), response_ids.shape[1])
         if trunk is None:
             trunk = self.forward_trunk(input_ids, attention_mask, position_ids)
         return self.forward_top(trunk, return_hidden=return_hidden)
@@ -177,6 +201,7 @@ class CausalLMWithValueHead(nn.Module):
         trunk = self.forward_trunk(joined_ids, joined_mask, position_ids)
         R = response_ids.shape[1]
         out = _response_part(self.forward_top(trunk), R)
+        out.trunk_hidden = trunk.hidden
         reference = self.forward_reference(joined_ids, joined_mask, position_ids, trunk=trunk)
         return out, reference[:, -R - 1 : -1]
 

@@ -26,6 +26,9 @@ from rlkit_accelerate.trainers.common import is_seq2seq, load_base_model, steps_
 
 class AcceleratePPOTrainer(AccelerateRLTrainer):
     method_name = "ppo"
+    # keep the frozen trunk's output from each rollout for its PPO epochs (when the policy
+    # allows: see CausalLMWithValueHead.caches_trunk); False runs the trunk every time
+    cache_trunk = True
 
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)
@@ -124,6 +127,7 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
             self.progress_bar.show_phase("rollout")
         method, device = self.config.method, self.accelerator.device
         model = self.unwrapped_model
+        keep_trunk = self.cache_trunk and getattr(model, "caches_trunk", lambda: False)()
         was_training = model.training
         model.eval()
         timer = {"generate": 0.0, "score": 0.0, "forward": 0.0}
@@ -165,6 +169,10 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
             logprobs = logprobs_of_labels(out.logits, response).float().cpu()  # (B, R)
             ref_logprobs = logprobs_of_labels(ref_logits, response).float().cpu()
             values = out.values.float().cpu()  # V(s_t) before each response token
+            trunks = [None] * len(lengths)
+            if keep_trunk:  # each rollout's trunk rows over its real prompt and response tokens
+                real = torch.cat([q_mask, r_mask], dim=1).bool()
+                trunks = [row[keep].cpu() for row, keep in zip(out.trunk_hidden, real)]
             rewards, kl = kl_penalty_rewards(logprobs, ref_logprobs, r_mask, self.kl_ctl.value, score_t, score_mask)
             all_kl.append(kl)
             tokens["forward"] += int(q_mask.sum() + r_mask.sum())
@@ -172,7 +180,7 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
             for i, n in enumerate(lengths):
                 elements.append(PPORLElement(
                     query_tensor=torch.tensor(prompts[i]), response_tensor=torch.tensor(outputs[i]),
-                    logprobs=logprobs[i, :n], values=values[i, :n], rewards=rewards[i, :n],
+                    logprobs=logprobs[i, :n], values=values[i, :n], rewards=rewards[i, :n], trunk=trunks[i],
                 ))
         model.train(was_training)
         self.store.push(elements[:num_rollouts])
@@ -238,8 +246,10 @@ class AcceleratePPOTrainer(AccelerateRLTrainer):
         Q = batch.query_tensors.shape[1]
         mask = batch.response_mask  # (B, R)
         advantages, returns = method.get_advantages_and_returns(batch.values, batch.rewards, mask=mask)
+        # a trunk kept from the rollout (frozen, dropout-free blocks) spares running it again
+        cached = {"trunk_hidden": batch.trunk} if batch.trunk is not None else {}
         out = self.model(input_ids=batch.query_tensors, attention_mask=batch.attention_mask[:, :Q],
-                         response_ids=batch.response_tensors, response_mask=mask)
+                         response_ids=batch.response_tensors, response_mask=mask, **cached)
         logprobs = logprobs_of_labels(out.logits, batch.response_tensors)  # (B, R)
         values = out.values
         return method.loss(logprobs.float(), values.float(), batch.logprobs, batch.values, advantages, returns, mask)

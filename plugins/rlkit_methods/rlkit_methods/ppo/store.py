@@ -32,6 +32,9 @@ class PPORLElement:
     values: torch.Tensor  # (R,)
     rewards: torch.Tensor  # (R,)
     query_mask: Optional[torch.Tensor] = None  # (Q,)
+    # the frozen trunk's output over the real prompt and response tokens, kept from the rollout
+    # so each PPO epoch runs only the trainable top (the trunk's weights never change)
+    trunk: Optional[torch.Tensor] = None  # (Q_real + R, H)
 
 
 @dataclass
@@ -44,6 +47,7 @@ class PPORLBatch:
     response_mask: torch.Tensor  # (B, R) 1 on real response tokens
     attention_mask: torch.Tensor  # (B, Q + R)
     position_ids: torch.Tensor  # (B, Q + R)
+    trunk: Optional[torch.Tensor] = None  # (B, Q + R, H), padded like the tokens (zeros)
 
 
 def response_mask(responses: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
@@ -75,6 +79,12 @@ def ppo_collate_fn(padding_side: str, pad_token_id: int, elems: Iterable[PPORLEl
     query_mask = pad([torch.ones(len(q), dtype=torch.long) for q in queries], 0, padding_side)
     resp_mask = pad([torch.ones(len(e.response_tensor), dtype=torch.long) for e in elems], 0, "right")
     attention_mask = torch.cat([query_mask, resp_mask], dim=1)  # (B, Q + R)
+    trunk = None
+    if any(e.trunk is not None for e in elems):
+        if not all(e.trunk is not None and len(e.trunk) == len(q) + len(e.response_tensor) for e, q in zip(elems, queries)):
+            raise ValueError("rollouts: a trunk must cover each rollout's prompt and response tokens, in every rollout or none")
+        trunk = torch.cat([pad([e.trunk[: len(q)] for e, q in zip(elems, queries)], 0.0, padding_side),
+                           pad([e.trunk[len(q):] for e, q in zip(elems, queries)], 0.0, "right")], dim=1)
     return PPORLBatch(
         query_tensors=query_tensors,
         response_tensors=pad([e.response_tensor for e in elems], pad_token_id, "right"),
@@ -84,6 +94,7 @@ def ppo_collate_fn(padding_side: str, pad_token_id: int, elems: Iterable[PPORLEl
         response_mask=resp_mask,
         attention_mask=attention_mask,
         position_ids=position_ids_from_mask(attention_mask),
+        trunk=trunk,
     )
 
 
