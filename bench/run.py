@@ -158,6 +158,21 @@ def run_side(case: Case, side: Side, rep: int, args: argparse.Namespace, pythons
     return run
 
 
+def code_state() -> dict[str, Any]:
+    """Which rlkit was measured: the commit, and the files of the core and plugins that
+    differ from it (others may be editing the trainers while the bench runs)."""
+    def git(*argv: str) -> str:
+        try:
+            done = subprocess.run(["git", *argv], capture_output=True, text=True, cwd=BENCH.parent, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return done.stdout.rstrip("\n") if done.returncode == 0 else ""  # porcelain lines start with a space
+
+    changed = git("status", "--porcelain", "--", "rlkit_core", "plugins")
+    return {"commit": git("rev-parse", "--short", "HEAD").strip() or None,
+            "uncommitted": [line[3:] for line in changed.splitlines()]}
+
+
 def machine(args: argparse.Namespace, peer_versions: dict[str, str] | None) -> dict[str, Any]:
     cpu = ""
     try:
@@ -175,7 +190,7 @@ def machine(args: argparse.Namespace, peer_versions: dict[str, str] | None) -> d
         "when_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "cpu": cpu or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),
         "device": args.device, "dtype": args.dtype, "threads": args.threads if args.device == "cpu" else None,
-        "peer": peer_versions, "load_avg_start": os.getloadavg()[0],
+        "peer": peer_versions, "load_avg_start": os.getloadavg()[0], "rlkit_code": code_state(),
     }
 
 
@@ -233,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     m = report["machine"]
     print(f"\n{m['when_utc']} UTC, {m['cpu']}, {m['cores']} cores, {m['gpu'] or args.device} {args.dtype}, "
           f"threads={m['threads']}, load avg {m['load_avg_start']:.2f} -> {m['load_avg_end']:.2f}; JSON: {args.json}")
+    code = m["rlkit_code"]
+    print(f"rlkit at {code['commit']}" + (f" + uncommitted changes in {', '.join(code['uncommitted'])}" if code["uncommitted"] else ""))
     return 1 if failed else 0
 
 

@@ -190,3 +190,9 @@ def test_rlkit_ppo_config_matches_the_case_and_takes_overrides(tmp_path):
     assert fused.optimizer.kwargs["fused"] is True and fused.model.num_layers_unfrozen == -1
     with pytest.raises(ConfigError, match="total_step"):
         ppo_config(_spec(rlkit_set=["train.total_step=3"]), 2, str(tmp_path))
+
+
+def test_code_state_names_the_commit_and_the_changed_core_files():
+    state = run.code_state()
+    assert state["commit"] and len(state["commit"]) >= 7
+    assert all(path.startswith(("rlkit_core/", "plugins/")) for path in state["uncommitted"]), state
