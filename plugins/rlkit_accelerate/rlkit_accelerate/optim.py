@@ -15,6 +15,8 @@ OPTIMIZERS = {
     "rmsprop": torch.optim.RMSprop,
 }
 
+FUSED = ("adam", "adamw")  # torch has fused kernels for these on CPU and CUDA
+
 SCHEDULERS = {
     "cosine_annealing": torch.optim.lr_scheduler.CosineAnnealingLR,
     "linear": torch.optim.lr_scheduler.LinearLR,
@@ -29,6 +31,11 @@ def make_optimizer(name: str, kwargs: dict[str, Any], parameters: Iterable[torch
     if key not in OPTIMIZERS:
         raise ConfigError(f"optimizer.name: unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
     params = [p for p in parameters if p.requires_grad]
+    kwargs = dict(kwargs)
+    if key in FUSED and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params):
+        # one kernel over all parameters instead of a loop over them: ~5x faster steps on CPU
+        # here (docs/benchmarks.md), equal to the loop to float tolerance; ``fused: false`` opts out
+        kwargs.setdefault("fused", True)
     try:
         return OPTIMIZERS[key](params, **kwargs)
     except TypeError as exc:
