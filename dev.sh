@@ -47,7 +47,14 @@ install_nemo() {
     [ "${RLKIT_SKIP_NEMO:-0}" = 1 ] && return 0
     [ -x "$NEMO_VENV/bin/python" ] || "$PYTHON" -m venv "$NEMO_VENV"
     echo '*' > "$NEMO_VENV/.gitignore"  # .gitignore names .venv/ only
+    # pip takes minutes to re-resolve NeMo's tree: skip it while nothing it reads has changed
+    # (the installs are editable, so source changes need no reinstall)
+    local stamp
+    stamp=$(cat pyproject.toml plugins/rlkit_methods/pyproject.toml plugins/rlkit_nemo/pyproject.toml \
+        <(echo "$TORCH_SPEC ${NEMO_PACKAGES[*]}") | sha256sum | cut -d' ' -f1)
+    [ "$(cat "$NEMO_VENV/.rlkit-installed" 2>/dev/null)" = "$stamp" ] && return 0
     "$NEMO_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC" "${NEMO_PACKAGES[@]}"
+    echo "$stamp" > "$NEMO_VENV/.rlkit-installed"
 }
 
 run_nemo_tests() {

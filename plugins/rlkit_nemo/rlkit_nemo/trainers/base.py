@@ -31,14 +31,13 @@ def load_tokenizer(config):
 
 def split_batch(batch: Any, n: int) -> list:
     """A collated batch (dataclass or dict of (B, ...) tensors) -> ``n`` equal microbatches."""
-    size = None
-    def cut(value, i):
-        return value[i * size : (i + 1) * size] if isinstance(value, torch.Tensor) else value
     fields = dataclasses.asdict(batch) if dataclasses.is_dataclass(batch) else dict(batch)
     size = next(v for v in fields.values() if isinstance(v, torch.Tensor)).shape[0] // n
-    if dataclasses.is_dataclass(batch):
-        return [dataclasses.replace(batch, **{k: cut(v, i) for k, v in fields.items()}) for i in range(n)]
-    return [{k: cut(v, i) for k, v in fields.items()} for i in range(n)]
+    parts = [
+        {k: v[i * size : (i + 1) * size] if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
+        for i in range(n)
+    ]
+    return [dataclasses.replace(batch, **p) for p in parts] if dataclasses.is_dataclass(batch) else parts
 
 
 class NeMoTrainer:

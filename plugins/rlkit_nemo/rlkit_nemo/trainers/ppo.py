@@ -65,6 +65,7 @@ class NeMoPPOTrainer(NeMoTrainer):
     def make_experience(self, num_rollouts: int = 1024, iter_count: int = 0) -> None:
         """``num_rollouts`` rollouts per data-parallel rank into ``self.store``."""
         from rlkit_methods.common.validate import check_scores
+        from rlkit_methods.data.padding import position_ids_from_mask
         from rlkit_methods.ppo.losses import clip_scores, kl_penalty_rewards, scale_scores
         from rlkit_methods.ppo.store import PPORLElement, response_mask
 
@@ -93,8 +94,6 @@ class NeMoPPOTrainer(NeMoTrainer):
             scores = scale_scores(scores, method.scale_reward, running_std=self.running.std, ref_std=self.ref_std)
             t2 = time.perf_counter()
             ids, mask = torch.cat([q, responses], 1), torch.cat([qmask, rmask], 1)
-            from rlkit_methods.data.padding import position_ids_from_mask
-
             pos, R = position_ids_from_mask(mask), responses.shape[1]
             self.engine.module.eval()
             logits, values = engine.forward(engine.module, ids, mask, pos)
