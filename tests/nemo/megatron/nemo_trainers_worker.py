@@ -96,7 +96,13 @@ def main(out):
     trainer = rlkit_core.train(samples=samples, rewards=[1.0, 0.0, 1.0, 0.0], config=ilql, plugins=[start])
     target_now = trainer.engine.module.heads.target_q_heads[0].out.weight
     generated = trainer.generate(torch.tensor([[97, 98]]) + 3)  # "ab" in ByT5 ids
+    # a logit mask that forbids every token but "a" (ByT5 id 100) after any token
+    trainer.logit_mask = torch.ones(384, 384, dtype=torch.bool)
+    trainer.logit_mask[:, 100] = False
+    masked = trainer.generate(torch.tensor([[97, 98]]) + 3)[0, 2:].tolist()
+    trainer.logit_mask = None
     results["ilql"] = {
+        "masked_generation": masked,
         "steps": trainer.iter_count,
         "losses": [h["losses/loss"] for h in trainer.history if "eval" not in h],
         "target_moved": float((target_now - start.target).abs().max()),  # frozen: only syncs move it

@@ -39,6 +39,7 @@ def test_ilql_two_steps_at_tp2_and_q_guided_generation(ranks):
         assert ilql["target_moved"] > 0  # synced every step (steps_for_target_q_sync=1)
         assert 3 <= len(ilql["generated"]) <= 6 and ilql["generated"][:2] == [100, 101]
         assert ilql["checkpoint_round_trip"] is True
+        assert ilql["masked_generation"] == [100] * 4  # logit_mask leaves only "a"
     assert results[0]["ilql"]["losses"] == results[1]["ilql"]["losses"]
     assert results[0]["ilql"]["generated"] == results[1]["ilql"]["generated"]  # sampled once, broadcast over TP
 

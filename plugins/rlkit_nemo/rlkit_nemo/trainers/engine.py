@@ -188,7 +188,8 @@ class MegatronEngine:
                do_sample: bool = True, logits_fn: Optional[Callable] = None) -> torch.Tensor:
         """Autoregressive sampling from left-padded prompts -> (B, N) new tokens, padded after
         EOS. TP rank 0 samples and broadcasts, so every TP rank holds the same tokens.
-        ``logits_fn(logits, heads)`` may reshape the full-vocabulary next-token logits (ILQL)."""
+        ``logits_fn(logits, heads, last_tokens)`` may reshape the full-vocabulary next-token
+        logits (ILQL's Q guidance and logit mask)."""
         from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
 
         from rlkit_methods.data.padding import position_ids_from_mask
@@ -207,7 +208,7 @@ class MegatronEngine:
             logits, heads = out if isinstance(out, tuple) else (out, None)  # SFT's model has no heads
             logits = gather_from_tensor_model_parallel_region(logits[:, -1:].float())[:, 0]  # (B, V)
             if logits_fn is not None:
-                logits = logits_fn(logits, heads)
+                logits = logits_fn(logits, heads, ids[:, -1])
             logits = logits / max(temperature, 1e-6)
             if top_k:
                 kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import torch
+
 from rlkit_core.errors import RlkitError
 
 from rlkit_nemo.data import ShuffledCyclicSequence
@@ -76,17 +78,22 @@ class NeMoILQLTrainer(OfflineNeMoTrainer):
             self.engine.module.heads.sync_target_q_heads(self.config.method.alpha)
 
     def sample_extras(self) -> dict:
-        """Q-guided decoding: logits + beta * (min_i target Q_i - V) (trlX's ILQL sampling)."""
+        """Q-guided decoding: logits + beta * (min_i target Q_i - V) (trlX's ILQL sampling);
+        ``logit_mask[prev, next]`` True forbids ``next`` after ``prev`` (trlX's rule)."""
         from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region as gather
 
         beta = float((self.config.method.gen_kwargs or {}).get("beta", 1.0))
+        mask = None if self.logit_mask is None else torch.as_tensor(self.logit_mask, dtype=torch.bool)
 
-        def guide(logits, heads):
+        def guide(logits, heads, last_tokens):
             _, target_qs, vs = heads
             q = gather(target_qs[0][:, -1].float())
             for tq in target_qs[1:]:
                 q = q.minimum(gather(tq[:, -1].float()))
-            return logits + beta * (q - vs[:, -1].float())
+            logits = logits + beta * (q - vs[:, -1].float())
+            if mask is not None:
+                logits = logits.masked_fill(mask.to(logits.device)[last_tokens], float("-inf"))
+            return logits
 
         return {"logits_fn": guide}
 

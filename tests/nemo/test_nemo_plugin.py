@@ -1,0 +1,37 @@
+"""The nemo backend's trainers are registered under trlX's names, and selecting one where
+megatron-core is missing is one line saying what to install (the main venv's situation)."""
+
+import sys
+
+import pytest
+
+from rlkit_core.errors import ConfigError
+
+
+def test_nemo_trainers_are_registered_for_their_methods(rlkit_host):
+    registry = rlkit_host.registry
+    found = {name: registry.find("trainer", name) for name in ("NeMoPPOTrainer", "NeMoILQLTrainer", "NeMoSFTTrainer")}
+    assert {n: (s.backend, s.method) for n, s in found.items()} == {
+        "NeMoPPOTrainer": ("nemo", "ppo"), "NeMoILQLTrainer": ("nemo", "ilql"), "NeMoSFTTrainer": ("nemo", "sft"),
+    }
+
+
+def test_selecting_a_nemo_trainer_without_megatron_says_what_to_install(rlkit_host, monkeypatch):
+    import rlkit_core
+    from rlkit_methods import default_ilql_config
+
+    monkeypatch.setitem(sys.modules, "megatron", None)  # import megatron.core -> ImportError
+    monkeypatch.setitem(sys.modules, "megatron.core", None)
+    config = default_ilql_config().evolve(train=dict(trainer="NeMoILQLTrainer", trainer_kwargs={"megatron_cfg": "x.yaml"}))
+    with pytest.raises(ConfigError) as err:
+        rlkit_core.train(samples=["ab", "cd"], rewards=[1.0, 0.0], config=config)
+    message = str(err.value)
+    assert message.startswith("train.trainer: NeMoILQLTrainer needs megatron-core") and "install rlkit-nemo[nemo]" in message
+    assert "\n" not in message
+
+
+def test_trainers_import_from_the_package_root():
+    from rlkit_nemo import NeMoILQLTrainer, NeMoPPOTrainer, NeMoSFTTrainer
+
+    assert [c.__name__ for c in (NeMoPPOTrainer, NeMoILQLTrainer, NeMoSFTTrainer)] == [
+        "NeMoPPOTrainer", "NeMoILQLTrainer", "NeMoSFTTrainer"]
