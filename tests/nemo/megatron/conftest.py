@@ -40,6 +40,8 @@ class CudaToCpu(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if _is_cuda(kwargs.get("device")):
             kwargs["device"] = "cpu"
+        if kwargs.get("pin_memory"):  # NeMo's data sampler pins its counters for the GPU
+            kwargs["pin_memory"] = False
         if func is torch.Tensor.cuda:
             return args[0]
         if func is torch.Tensor.to and args[1:] and not isinstance(args[1], torch.Tensor) and _is_cuda_arg(args[1]):

@@ -47,6 +47,22 @@ def load_hf_source(pretrained: Any):
     return AutoModelForCausalLM.from_pretrained(pretrained)
 
 
+def model_source(model: dict, pretrained: Any, vocab_size: Optional[int]):
+    """(model config, vocabulary size, full Megatron state dict or None, HF config or None).
+    With an HF model the architecture is the HF model's, converted; the parallel sizes, dtype
+    and recompute settings stay the Megatron YAML's."""
+    from rlkit_nemo.convert import hf_to_megatron, megatron_model_config
+
+    model = dict(model)
+    if pretrained is None:
+        return model, vocab_size, None, None
+    hf = load_hf_source(pretrained)
+    keep = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "sequence_parallel", "params_dtype",
+            "activations_checkpoint_granularity", "activations_checkpoint_method", "activations_checkpoint_num_layers")
+    model = {**megatron_model_config(hf.config), **{k: model[k] for k in keep if k in model}}
+    return model, hf.config.vocab_size, hf_to_megatron(hf.state_dict(), hf.config), hf.config
+
+
 class MegatronEngine:
     def __init__(self, megatron_cfg: Any, *, make_heads: Optional[Callable] = None, pretrained_model: Any = None,
                  vocab_size: Optional[int] = None, seed: int = 1000, what: str = "the NeMo trainers"):
@@ -57,20 +73,13 @@ class MegatronEngine:
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-        from rlkit_nemo.convert import hf_to_megatron, megatron_model_config
         from rlkit_nemo.models.build import build_gpt
         from rlkit_nemo.models.sharding import load_full_state_dict
 
         self.cpu = not torch.cuda.is_available()
         self.spec = spec = translate(megatron_cfg, cpu=self.cpu)
         init_distributed()
-        model_cfg = dict(spec["model"])
-        hf = load_hf_source(pretrained_model) if pretrained_model is not None else None
-        if hf is not None:  # the architecture is the HF model's; parallel sizes and dtype the YAML's
-            keep = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "sequence_parallel", "params_dtype",
-                    "activations_checkpoint_granularity", "activations_checkpoint_method", "activations_checkpoint_num_layers")
-            model_cfg = {**megatron_model_config(hf.config), **{k: model_cfg[k] for k in keep if k in model_cfg}}
-            vocab_size = hf.config.vocab_size
+        model_cfg, vocab_size, self.full_hf, self.hf_config = model_source(spec["model"], pretrained_model, vocab_size)
         tp, pp = model_cfg.get("tensor_model_parallel_size", 1), model_cfg.get("pipeline_model_parallel_size", 1)
         check_parallel_sizes(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, world_size=dist.get_world_size(),
                              num_attention_heads=model_cfg["num_attention_heads"], num_layers=model_cfg["num_layers"],
@@ -85,8 +94,6 @@ class MegatronEngine:
         torch.manual_seed(seed)
         model_parallel_cuda_manual_seed(seed)
         self.model_cfg, self.vocab_size = model_cfg, vocab_size
-        self.full_hf = hf_to_megatron(hf.state_dict(), hf.config) if hf is not None else None
-        self.hf_config = hf.config if hf is not None else None
 
         self.module = build_gpt(model_cfg, vocab_size, make_heads=make_heads, cpu=self.cpu)
         if self.full_hf is not None:
