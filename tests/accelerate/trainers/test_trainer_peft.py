@@ -73,13 +73,13 @@ def test_adapter_export_loads_with_peft_and_the_merged_export_with_plain_transfo
 
 
 @pytest.mark.parametrize(
-    "peft_config, message",
+    "method, peft_config, message",
     [
-        (dict(LORA, target_modules=["q_proj"]), "model.peft_config: Target modules .*q_proj.* not found.*linear layers are named .*c_attn"),
-        ({"peft_type": "NOT_A_METHOD", "r": 4}, "model.peft_config.peft_type: unknown peft type 'NOT_A_METHOD'; choose one of .*LORA"),
-        ({"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 4}, "model.peft_config: PROMPT_TUNING .*adapter methods such as LORA"),
+        ("sft", dict(LORA, target_modules=["q_proj"]), "model.peft_config: Target modules .*q_proj.* not found.*linear layers are named .*c_attn"),
+        ("sft", {"peft_type": "NOT_A_METHOD", "r": 4}, "model.peft_config.peft_type: unknown peft type 'NOT_A_METHOD'; choose one of .*LORA"),
+        ("ppo", {"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 4}, "model.peft_config: PROMPT_TUNING .*available for SFT only.*LORA or IA3"),
     ],
 )
-def test_bad_peft_configs_are_one_line_errors(peft_config, message, tmp_path):
+def test_bad_peft_configs_are_one_line_errors(method, peft_config, message, tmp_path):
     with pytest.raises(ConfigError, match=message):
-        run("sft", tmp_path, config_overrides=dict(model=dict(peft_config=peft_config)))
+        run(method, tmp_path, config_overrides=dict(model=dict(peft_config=peft_config)))

@@ -1,7 +1,9 @@
 """PEFT adapters (LoRA, IA3, ...) on a causal LM: ``model.peft_config`` in a config.
 
 With adapters the PPO reference is the same model with its adapters disabled, so there is
-no second copy; only adapter weights and rlkit's heads train.
+no second copy; only adapter weights and rlkit's heads train. Prompt learning (virtual
+tokens, prefixes) is for SFT only: PPO's and ILQL's heads read the hidden states position
+by position, and virtual tokens shift those positions.
 """
 
 from __future__ import annotations
@@ -21,8 +23,15 @@ def _linear_names(model: nn.Module) -> list[str]:
     return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"})
 
 
-def make_peft_config(peft_config: Any, task_type: str = "CAUSAL_LM"):
-    """A peft config from a dict (``{peft_type: LORA, r: 8, ...}``) or a peft config object."""
+# prompt-learning types whose forward and generate are plain virtual tokens or prefixes (the
+# others need task ids or token type masks that rlkit's data does not carry)
+PROMPT_LEARNING = ("PROMPT_TUNING", "P_TUNING", "PREFIX_TUNING")
+
+
+def make_peft_config(peft_config: Any, task_type: str = "CAUSAL_LM", prompt_learning: bool = False):
+    """A peft config from a dict (``{peft_type: LORA, r: 8, ...}``) or a peft config object.
+
+    ``prompt_learning``: whether the trainer accepts the types in ``PROMPT_LEARNING`` (SFT)."""
     try:
         import peft
     except ImportError:
@@ -43,21 +52,39 @@ def make_peft_config(peft_config: Any, task_type: str = "CAUSAL_LM"):
             raise ConfigError(f"model.peft_config: {exc}") from None
     else:
         raise ConfigError(f"model.peft_config: expected a mapping or a peft config, got {type(peft_config).__name__}")
-    if config.is_prompt_learning:
+    kind = peft_type(config)
+    if config.is_prompt_learning and not prompt_learning:
         raise ConfigError(
-            f"model.peft_config: {config.peft_type.value} (prompt learning) changes the sequence the heads read; "
-            "the accelerate trainers support adapter methods such as LORA or IA3"
+            f"model.peft_config: {kind} (prompt learning) is available for SFT only, since PPO's and ILQL's heads "
+            "read the hidden states position by position; use an adapter method such as LORA or IA3"
         )
+    if config.is_prompt_learning and kind not in PROMPT_LEARNING:
+        raise ConfigError(f"model.peft_config: {kind} is not supported; prompt learning works with {', '.join(PROMPT_LEARNING)}")
     return config
 
 
-def apply_peft(model: nn.Module, peft_config: Any, task_type: str = "CAUSAL_LM") -> nn.Module:
+def peft_type(config: Any) -> str:
+    kind = config.peft_type
+    return getattr(kind, "value", str(kind))
+
+
+def virtual_tokens(model: nn.Module) -> int:
+    """How many virtual tokens peft puts in front of the input embeddings (and so of a causal
+    LM's logits): ``num_virtual_tokens`` for prompt tuning, 0 for prefixes (they live in the
+    attention cache) and for adapters."""
+    if not is_peft_model(model):
+        return 0
+    config = model.active_peft_config
+    return config.num_virtual_tokens if config.is_prompt_learning and peft_type(config) != "PREFIX_TUNING" else 0
+
+
+def apply_peft(model: nn.Module, peft_config: Any, task_type: str = "CAUSAL_LM", prompt_learning: bool = False) -> nn.Module:
     """Wrap ``model`` with adapters; a config naming modules the model lacks is a one-line error."""
     if peft_config is None:
         return model
     import peft
 
-    config = make_peft_config(peft_config, task_type)
+    config = make_peft_config(peft_config, task_type, prompt_learning)
     try:
         return peft.get_peft_model(model, config)
     except ValueError as exc:
@@ -71,6 +98,9 @@ def save_base_model(model: nn.Module, directory, merge_adapters: bool = False, s
 
     ``state_dict``: the model's full state gathered from a sharded engine (ZeRO-3, FSDP)."""
     if merge_adapters and is_peft_model(model):
+        if model.active_peft_config.is_prompt_learning:
+            raise ConfigError(f"merge_adapters: {peft_type(model.active_peft_config)} keeps its virtual tokens outside the "
+                              "model's weights, so there is nothing to merge; save the adapter and load it with peft")
         if state_dict is not None:
             raise ConfigError("merge_adapters: not available while the model is sharded (FSDP); save the adapter, "
                               "then merge it on one process with peft's merge_and_unload")
