@@ -43,7 +43,8 @@ def rlkit_register_pipelines():
         PipelineSpec("randomwalks_prompts", f"{_M}.rewards.randomwalks:randomwalks_prompts", kind="source",
                      description="start letters of trlX's randomwalks task (seed, n_nodes, ...)"),
         PipelineSpec("randomwalks_walks", f"{_M}.rewards.randomwalks:randomwalks_walks", kind="source",
-                     description="random walks with their optimality as reward (with_rewards=False for SFT)"),
+                     description="random walks with their optimality as reward (with_rewards=False for SFT, "
+                                 "split_prompt=True for [start, rest] pairs)"),
     ]
 
 

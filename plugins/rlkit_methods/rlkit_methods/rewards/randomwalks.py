@@ -147,9 +147,13 @@ def randomwalks_prompts(repeat: int = 1, **settings: Any) -> list[str]:
     return random_walks(**settings).eval_prompts * repeat
 
 
-def randomwalks_walks(with_rewards: bool = True, **settings: Any) -> list[Any]:
-    """Source: the generated walks, each ``{"sample", "reward"}`` (ILQL) or bare (SFT)."""
+def randomwalks_walks(with_rewards: bool = True, split_prompt: bool = False, **settings: Any) -> list[Any]:
+    """Source: the generated walks, each ``{"sample", "reward"}`` (ILQL) or bare (SFT).
+
+    ``split_prompt``: each walk as ``[start letter, rest]``, the prompt and output that a
+    seq2seq model's encoder and decoder read (the reward stays the whole walk's)."""
     task = random_walks(**settings)
+    samples = [[w[:1], w[1:]] for w in task.walks] if split_prompt else list(task.walks)
     if not with_rewards:
-        return list(task.walks)
-    return [{"sample": w, "reward": task.optimality(w)} for w in task.walks]
+        return samples
+    return [{"sample": s, "reward": task.optimality(w)} for s, w in zip(samples, task.walks)]
