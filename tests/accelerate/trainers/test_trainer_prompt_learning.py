@@ -100,6 +100,7 @@ def test_ppo_and_ilql_refuse_prompt_learning_in_one_line(method, arch, tmp_path)
     assert "\n" not in str(error.value)
 
 
-def test_sft_refuses_prompt_learning_types_without_plain_virtual_tokens(tmp_path):
-    with pytest.raises(ConfigError, match="MULTITASK_PROMPT_TUNING is not supported; .*PROMPT_TUNING, P_TUNING, PREFIX_TUNING"):
-        walks_setup.run("sft", tmp_path, config_overrides=dict(model=dict(peft_config=prompt_learning("MULTITASK_PROMPT_TUNING"))))
+@pytest.mark.parametrize("method", ["sft", "ppo"])
+def test_prompt_learning_types_without_plain_virtual_tokens_are_refused(method, tmp_path):
+    with pytest.raises(ConfigError, match="MULTITASK_PROMPT_TUNING is not supported; .*PROMPT_TUNING, P_TUNING, PREFIX_TUNING .*LORA"):
+        walks_setup.run(method, tmp_path, config_overrides=dict(model=dict(peft_config=prompt_learning("MULTITASK_PROMPT_TUNING"))))

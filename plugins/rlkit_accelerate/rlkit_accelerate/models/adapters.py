@@ -1,4 +1,4 @@
-"""PEFT adapters (LoRA, IA3, ...) on a causal LM: ``model.peft_config`` in a config.
+"""PEFT adapters (LoRA, IA3, ...) on a causal or seq2seq LM: ``model.peft_config`` in a config.
 
 With adapters the PPO reference is the same model with its adapters disabled, so there is
 no second copy; only adapter weights and rlkit's heads train. Prompt learning (virtual
@@ -53,13 +53,14 @@ def make_peft_config(peft_config: Any, task_type: str = "CAUSAL_LM", prompt_lear
     else:
         raise ConfigError(f"model.peft_config: expected a mapping or a peft config, got {type(peft_config).__name__}")
     kind = peft_type(config)
+    if config.is_prompt_learning and kind not in PROMPT_LEARNING:
+        raise ConfigError(f"model.peft_config: {kind} is not supported; prompt learning works with "
+                          f"{', '.join(PROMPT_LEARNING)} (SFT), adapters such as LORA or IA3 with every method")
     if config.is_prompt_learning and not prompt_learning:
         raise ConfigError(
             f"model.peft_config: {kind} (prompt learning) is available for SFT only, since PPO's and ILQL's heads "
             "read the hidden states position by position; use an adapter method such as LORA or IA3"
         )
-    if config.is_prompt_learning and kind not in PROMPT_LEARNING:
-        raise ConfigError(f"model.peft_config: {kind} is not supported; prompt learning works with {', '.join(PROMPT_LEARNING)}")
     return config
 
 
