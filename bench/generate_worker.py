@@ -43,6 +43,7 @@ def rlkit(spec: dict, torch, device, dtype):
     from ppo_rlkit import build_trainer
 
     trainer = build_trainer(spec, 2, tempfile.mkdtemp(prefix="rlkit-bench-"))
+    trainer.unwrapped_model.eval()  # as make_experience does before sampling
     batch = trainer.next_prompt_chunk()
     kwargs = dict(trainer.experience_kwargs)
 

@@ -82,5 +82,5 @@ def phase_table(case: Any, runs: dict[str, list[dict[str, Any]]]) -> str:
         medians[name] = {k: summarize([res["phases"].get(k, 0.0) for res in results]).median for k in keys}
     phases = sorted({k for m in medians.values() for k in m})
     rows = [[phase, *(f"{medians[n][phase]:.2f}" if phase in medians[n] else "-" for n in names)] for phase in phases]
-    rows.append(["total (step)", *(f"{sum(medians[n].values()):.2f}" for n in names)])
+    rows.append(["sum of medians", *(f"{sum(medians[n].values()):.2f}" for n in names)])
     return f"{case.name}: median seconds per phase\n" + _table(["phase", *names], rows)

@@ -141,7 +141,7 @@ def test_phase_table_shows_medians_and_their_total():
     runs["a"][1]["result"]["phases"] = {"gen": 2.0, "train": 5.0}
     runs["a"][2]["result"]["phases"] = {"gen": 3.0, "train": 4.0}
     text = report.phase_table(case, runs)
-    assert "| gen          | 2.00 |" in text and "| train        | 4.00 |" in text and "| total (step) | 6.00 |" in text
+    assert "| gen            | 2.00 |" in text and "| train          | 4.00 |" in text and "| sum of medians | 6.00 |" in text
 
 
 def test_peer_python_with_another_trl_is_refused(monkeypatch):
