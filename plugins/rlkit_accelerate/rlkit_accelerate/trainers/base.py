@@ -20,7 +20,7 @@ import math
 import os
 import time
 from abc import ABC, abstractmethod
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,19 @@ class AccelerateRLTrainer(ABC):
     def unwrapped_model(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)  # never reach through the DDP wrapper
 
+    @contextmanager
+    def generating(self):
+        """The unwrapped model, for sampling: in eval mode (no dropout, whoever calls it and
+        whenever: after ``learn`` the model is left training) and with whole weights."""
+        model = self.unwrapped_model
+        was_training = model.training
+        model.eval()
+        try:
+            with self.full_parameters():
+                yield model
+        finally:
+            model.train(was_training)
+
     def full_parameters(self):
         """Whole weights on every rank while open (ZeRO-3, FSDP), so that generation, which
         runs a different number of forward passes per rank, needs no collectives."""
@@ -176,8 +189,8 @@ class AccelerateRLTrainer(ABC):
         """Sample continuations: prompt + new tokens, (B, T + n)."""
         kwargs = {**self.generate_kwargs, **kwargs}
         device = self.accelerator.device
-        with self.full_parameters():
-            return self.unwrapped_model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
+        with self.generating() as model:
+            return model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
 
     def generate_eval(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
         return self.generate(input_ids, attention_mask, **kwargs)

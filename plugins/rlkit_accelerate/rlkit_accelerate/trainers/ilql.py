@@ -32,8 +32,8 @@ class AccelerateILQLTrainer(AccelerateRLTrainer):
         if self.logit_mask is not None:
             kwargs.setdefault("logit_mask", self.logit_mask)
         device = self.accelerator.device
-        with self.full_parameters():  # Q-guided decoding runs the unwrapped model (ZeRO-3, FSDP)
-            return self.unwrapped_model.generate(input_ids.to(device), attention_mask.to(device), **kwargs)
+        with self.generating() as model:  # Q-guided decoding on the unwrapped model
+            return model.generate(input_ids.to(device), attention_mask.to(device), **kwargs)
 
     def make_experience(self, samples, rewards, max_length: int = 2048) -> None:
         if is_seq2seq(self.config):

@@ -1,0 +1,26 @@
+"""``trainer.generate`` samples without dropout whenever it is called (``learn`` leaves the
+model training), and gives the model back in the mode it found it."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from walks_setup import TASK, run  # noqa: E402
+
+
+@pytest.mark.parametrize("method", ["sft", "ilql"])
+def test_generate_is_deterministic_after_learn(method, tmp_path):
+    trainer = run(method, tmp_path, config_overrides=dict(train=dict(total_steps=1)))
+    batch = trainer.tokenizer(TASK.eval_prompts[:8], return_tensors="pt", padding=True, add_special_tokens=False)
+    greedy = dict(max_new_tokens=6, top_k=1, beta=1.0) if method == "ilql" else dict(max_new_tokens=6, do_sample=False)
+    trainer.unwrapped_model.train()  # as learn() leaves it: GPT-2's dropout is 0.1
+    first = trainer.generate(batch.input_ids, batch.attention_mask, **greedy)
+    assert trainer.unwrapped_model.training
+    for _ in range(3):
+        assert torch.equal(trainer.generate(batch.input_ids, batch.attention_mask, **greedy), first)
+    trainer.unwrapped_model.eval()
+    assert torch.equal(trainer.generate(batch.input_ids, batch.attention_mask, **greedy), first)
+    assert not trainer.unwrapped_model.training
