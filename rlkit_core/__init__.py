@@ -6,20 +6,43 @@ and the ``rlkit`` command line. Methods (``rlkit-methods``) and backends
 ``rlkit``. Nothing here imports torch at module level.
 """
 
-from rlkit_core.api import train
-from rlkit_core.config import TRLConfig, load_config
+from importlib import import_module
+
 from rlkit_core.errors import ConfigError, PluginError, RegistryError, RlkitError
-from rlkit_core.hookspecs import hookspec
-from rlkit_core.plugins import (
-    get_host,
-    get_registry,
-    hookimpl,
-    register_datapipeline,
-    register_method,
-    register_trainer,
-)
-from rlkit_core.registry import BackendSpec, MethodSpec, PipelineSpec, RewardSpec, TrainerSpec
-from rlkit_core.run import train_from_config
+
+# The rest loads on first use (PEP 562), so ``rlkit --help`` and plugins that only need
+# ``hookimpl`` do not pay for the config schema, attrs, cattrs and yaml.
+_LAZY = {
+    "train": "rlkit_core.api",
+    "TRLConfig": "rlkit_core.config",
+    "load_config": "rlkit_core.config",
+    "hookspec": "rlkit_core.hookspecs",
+    "get_host": "rlkit_core.plugins",
+    "get_registry": "rlkit_core.plugins",
+    "hookimpl": "rlkit_core.plugins",
+    "register_datapipeline": "rlkit_core.plugins",
+    "register_method": "rlkit_core.plugins",
+    "register_trainer": "rlkit_core.plugins",
+    "BackendSpec": "rlkit_core.registry",
+    "MethodSpec": "rlkit_core.registry",
+    "PipelineSpec": "rlkit_core.registry",
+    "RewardSpec": "rlkit_core.registry",
+    "TrainerSpec": "rlkit_core.registry",
+    "train_from_config": "rlkit_core.run",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module 'rlkit_core' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

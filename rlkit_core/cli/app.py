@@ -24,8 +24,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: rich's help renderer alone doubled start-up (docs/benchmarks.md)
 )
-config_app = typer.Typer(help="Show or check a config file.", no_args_is_help=True)
+config_app = typer.Typer(help="Show or check a config file.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(config_app, name="config")
 
 SetOption = typer.Option(None, "--set", "-s", help="Override a config value: --set train.batch_size=8 (repeatable).")

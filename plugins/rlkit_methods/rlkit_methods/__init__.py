@@ -1,21 +1,33 @@
 """rlkit-methods: PPO, ILQL and SFT as pure torch — configs, losses, stores, pipelines, rewards.
 
 The root imports no torch: configs, default configs and KL controllers are torch-free; the
-math (``rlkit_methods.ppo.losses``, ``rlkit_methods.ilql.losses``, ...) imports torch.
+math (``rlkit_methods.ppo.losses``, ``rlkit_methods.ilql.losses``, ...) imports torch. The
+names below load on first use, so loading the plugin (``rlkit --help``) stays light.
 """
 
-from rlkit_methods.common.kl import AdaptiveKLController, FixedKLController
-from rlkit_methods.ilql.config import ILQLConfig, default_ilql_config
-from rlkit_methods.ppo.config import PPOConfig, default_ppo_config
-from rlkit_methods.sft.config import SFTConfig, default_sft_config
+from importlib import import_module
 
-__all__ = [
-    "AdaptiveKLController",
-    "FixedKLController",
-    "ILQLConfig",
-    "PPOConfig",
-    "SFTConfig",
-    "default_ilql_config",
-    "default_ppo_config",
-    "default_sft_config",
-]
+_LAZY = {
+    "AdaptiveKLController": "rlkit_methods.common.kl",
+    "FixedKLController": "rlkit_methods.common.kl",
+    "ILQLConfig": "rlkit_methods.ilql.config",
+    "default_ilql_config": "rlkit_methods.ilql.config",
+    "PPOConfig": "rlkit_methods.ppo.config",
+    "default_ppo_config": "rlkit_methods.ppo.config",
+    "SFTConfig": "rlkit_methods.sft.config",
+    "default_sft_config": "rlkit_methods.sft.config",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rlkit_methods' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
