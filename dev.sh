@@ -69,7 +69,7 @@ demo() {
 }
 
 run_tests() {
-    "$VENV/bin/python" -m pytest -q tests "$@"
+    "$VENV/bin/python" -m pytest -q tests bench/tests "$@"
     # the plugin template is tested the way its authors run it: from its own folder
     local python
     python="$(cd "$VENV" && pwd)/bin/python"
