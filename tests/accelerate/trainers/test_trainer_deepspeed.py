@@ -4,6 +4,7 @@ sync reaches ZeRO-3's partitioned heads, PPO generates from ZeRO-3's gathered we
 ZeRO-3 config with zero3_init_flag is a clear error. (Several CPU processes under DeepSpeed
 are not usable with accelerate; examples/accelerate/gpu_smoke.sh runs the configs on GPUs.)"""
 
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +24,15 @@ def run(method, out, zero_stage=None, init_flag=False):
                    ACCELERATE_DEEPSPEED_ZERO3_INIT=str(init_flag).lower(), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(31500 + os.getpid() % 1000 + 10 * zero_stage))
     out.mkdir(parents=True, exist_ok=True)
+    if zero_stage == 3:
+        # DeepSpeed keeps parameters under 1e5 elements whole ("persistent"): a tiny model would
+        # then never be partitioned. Partition every one, as a real model's would be.
+        config_file = out / "ds_zero3.json"
+        config_file.write_text(json.dumps({
+            "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+            "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+        }))
+        env["ACCELERATE_DEEPSPEED_CONFIG_FILE"] = str(config_file)
     result = subprocess.run([sys.executable, str(SCRIPT), method, str(out)], capture_output=True, text=True, timeout=600, env=env)
     return result
 
