@@ -22,25 +22,28 @@ from torch import nn
 from rlkit_core.errors import ConfigError
 
 
-def is_zero3(model: nn.Module) -> bool:
-    """DeepSpeed ZeRO-3 partitions every parameter and tags it with ``ds_id``."""
-    return any(hasattr(p, "ds_id") for p in model.parameters())
+def sharding_kind(model: nn.Module) -> str | None:
+    """``"zero3"``, ``"fsdp2"``, ``"fsdp1"`` or None (unsharded), from one pass over the model."""
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+
+    if any(hasattr(p, "ds_id") for p in model.parameters()):  # ZeRO-3 tags every parameter
+        return "zero3"
+    kinds = {type(m) for m in model.modules()}
+    if any(issubclass(k, FSDPModule) for k in kinds):
+        return "fsdp2"
+    if any(issubclass(k, FullyShardedDataParallel) for k in kinds):
+        return "fsdp1"
+    return None
+
+
+def is_sharded(model: nn.Module) -> bool:
+    return sharding_kind(model) is not None
 
 
 def fsdp2_modules(model: nn.Module) -> list[nn.Module]:
     from torch.distributed.fsdp import FSDPModule
 
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
-
-
-def is_fsdp1(model: nn.Module) -> bool:
-    from torch.distributed.fsdp import FullyShardedDataParallel
-
-    return any(isinstance(m, FullyShardedDataParallel) for m in model.modules())
-
-
-def is_sharded(model: nn.Module) -> bool:
-    return is_zero3(model) or bool(fsdp2_modules(model)) or is_fsdp1(model)
 
 
 def local_shard(param: torch.Tensor) -> torch.Tensor:
@@ -56,17 +59,18 @@ def full_parameters(model: nn.Module) -> Iterator[None]:
 
     Re-entrant: a nested use (generation inside an evaluation) is free. Enter it on every
     rank: gathering is a collective."""
-    if getattr(model, "_rlkit_full_parameters", False) or not is_sharded(model):
+    kind = None if getattr(model, "_rlkit_full_parameters", False) else sharding_kind(model)
+    if kind is None:
         yield
         return
     model._rlkit_full_parameters = True
     try:
-        if is_zero3(model):
+        if kind == "zero3":
             import deepspeed
 
             with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
                 yield
-        elif fsdp2_modules(model):
+        elif kind == "fsdp2":
             with _fsdp2_unsharded(fsdp2_modules(model)):
                 yield
         else:
@@ -106,9 +110,10 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor] | None:
 
     ``None`` for an unsharded model: its own ``state_dict`` is already complete. Call on every
     rank: gathering is a collective."""
-    if not is_sharded(model):
+    kind = sharding_kind(model)
+    if kind is None:
         return None
-    if is_zero3(model):
+    if kind == "zero3":
         rank0 = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
         inner = getattr(model, "module", model)  # the DeepSpeed engine's keys start with "module."
         with full_parameters(model):
