@@ -64,3 +64,27 @@ def rlkit_register_rewards():
         RewardSpec("randomwalks_metric", f"{_M}.rewards.randomwalks:randomwalks_metric", kind="metric",
                    description="randomwalks lengths and optimality"),
     ]
+
+
+@hookimpl
+def rlkit_register_commands(app):
+    from pathlib import Path
+
+    import typer
+
+    @app.command("report")
+    def report_command(run_dir: Path = typer.Argument(..., help="A run's checkpoint_dir (or its logs folder).")):
+        """Print a run's report (before/after samples, reward, time per phase) and write report.png."""
+        from rlkit_methods.loop.report import report
+
+        report(run_dir)
+
+
+@hookimpl
+def rlkit_train_end(trainer, error, is_main_process):
+    """After a successful run of an rlkit trainer, the report (main process only)."""
+    if error is not None or not is_main_process or getattr(trainer, "logging_dir", None) is None:
+        return
+    from rlkit_methods.loop.report import report
+
+    report(trainer.logging_dir)

@@ -2,7 +2,7 @@
 
 from rich.console import Console
 
-from rlkit_accelerate.report import report, summary
+from rlkit_methods.loop.report import report, summary
 from rlkit_core.cli import main
 from walks_setup import run
 

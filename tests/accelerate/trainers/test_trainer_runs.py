@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlkit_accelerate.checkpoint import is_complete
-from rlkit_accelerate.metrics_log import read_metrics
+from rlkit_methods.loop.checkpoint import is_complete
+from rlkit_methods.loop.metrics_log import read_metrics
 from rlkit_core.testing import RecordingObserver
 from walks_setup import TOKENIZER, run
 

@@ -7,7 +7,7 @@ trainer supplies the model (``setup_model``), its store (``prepare_learning``), 
 (``loss``) and its callbacks; nothing here branches on the method.
 
 Exact resume: the loop position is ``(epoch, inner epoch, batch)``; each pass over the store
-has its own permutation from ``(seed, pass)`` (:mod:`rlkit_accelerate.batching`), every
+has its own permutation from ``(seed, pass)`` (:mod:`rlkit_methods.loop.batching`), every
 evaluation runs in a forked RNG so it never shifts the training random stream, and a
 checkpoint holds the model, optimizer, scheduler, RNG states, loop position and the
 method's state (including the current store).
@@ -31,12 +31,12 @@ from accelerate.utils import broadcast_object_list, gather_object, set_seed
 from rlkit_core.errors import ConfigError, RlkitError
 from rlkit_core.plugins import get_host
 from rlkit_accelerate import assets
-from rlkit_accelerate.batching import pass_batches, split_microbatches
-from rlkit_accelerate.checkpoint import commit_temporary, remove_stale_temporaries, resolve_resume_path, start_temporary, temporary_for
-from rlkit_accelerate.metrics_log import MetricsLog
+from rlkit_methods.loop.batching import pass_batches, split_microbatches
+from rlkit_methods.loop.checkpoint import commit_temporary, remove_stale_temporaries, resolve_resume_path, start_temporary, temporary_for
+from rlkit_methods.loop.metrics_log import MetricsLog
 from rlkit_accelerate.models.adapters import save_base_model
 from rlkit_accelerate.optim import make_optimizer, make_scheduler
-from rlkit_accelerate.reporting import print_samples
+from rlkit_methods.loop.reporting import print_samples
 from rlkit_accelerate.sharding import (
     configure_deepspeed,
     expose_block_classes,
@@ -44,7 +44,7 @@ from rlkit_accelerate.sharding import (
     full_state_dict,
     whole_model_construction,
 )
-from rlkit_accelerate.tokenizers import load_tokenizer
+from rlkit_methods.data.tokenizers import load_tokenizer
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
@@ -374,7 +374,7 @@ class AccelerateRLTrainer(ABC):
             self.metrics_log.truncate_after(self.iter_count)
         else:
             results = self.evaluate()
-        from rlkit_accelerate.reporting import progress
+        from rlkit_methods.loop.reporting import progress
 
         with progress(self.total_steps, self.iter_count, enabled=self.is_main_process) as bar:
             self.progress_bar = bar

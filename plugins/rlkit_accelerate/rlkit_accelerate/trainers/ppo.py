@@ -17,7 +17,7 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
 from rlkit_core.errors import ConfigError, RlkitError
-from rlkit_accelerate.batching import pass_batches
+from rlkit_methods.loop.batching import pass_batches
 from rlkit_accelerate.models import CausalLMWithValueHead
 from rlkit_accelerate.models.seq2seq import Seq2SeqLMWithValueHead
 from rlkit_accelerate.trainers.base import AccelerateRLTrainer
