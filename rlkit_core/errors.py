@@ -30,3 +30,16 @@ class PluginError(RlkitError):
     """A plugin that cannot be loaded or misbehaves."""
 
     exit_code = 1
+
+
+class RunInterrupted(RlkitError):
+    """A run stopped by a signal: SIGINT (Ctrl-C) exits 130, SIGTERM 143 (128 + signal number).
+
+    The loop raises it at a safe point after the first signal (with the checkpoint it wrote,
+    if any, in the message); the CLI prints the message as one line and exits ``exit_code``.
+    """
+
+    def __init__(self, message: str, *, signal_name: str = "SIGINT", exit_code: int = 130):
+        super().__init__(message)
+        self.signal_name = signal_name
+        self.exit_code = exit_code

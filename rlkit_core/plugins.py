@@ -9,8 +9,14 @@ Plugins come from four places:
 * objects passed to ``rlkit_core.train(..., plugins=[obj])``, registered for that run only.
 
 A plugin that fails to import is recorded with its error and skipped; the run fails only
-if it needs something that plugin would have provided. ``RLKIT_DISABLE_PLUGINS=a,b``
-blocks plugins by entry-point or distribution name.
+if it needs something that plugin would have provided. That includes a plugin that calls
+``sys.exit`` or raises ``KeyboardInterrupt`` at import, and one whose import runs past
+``RLKIT_PLUGIN_IMPORT_TIMEOUT`` seconds (:mod:`rlkit_core.deadline` says what can be bounded).
+``RLKIT_DISABLE_PLUGINS=a,b`` blocks plugins by entry-point or distribution name.
+
+A lifecycle hook that raises is reported as a :class:`PluginError` naming the plugin and the
+hook; a registration hook that returns something other than a list of spec records marks
+its plugin failed, with the plugin named.
 """
 
 from __future__ import annotations
@@ -26,11 +32,14 @@ import attrs
 import pluggy
 
 from rlkit_core import hookspecs
+from rlkit_core.deadline import TIMEOUT_ENV, ImportTimedOut, UserInterrupt, call_with_deadline, import_timeout
 from rlkit_core.errors import PluginError
 from rlkit_core.registry import (
+    BackendSpec,
     MethodSpec,
     PipelineSpec,
     Registry,
+    RewardSpec,
     TrainerSpec,
 )
 
@@ -62,6 +71,20 @@ class PluginStatus:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _import_failure(exc: BaseException) -> str:
+    """One line for anything a plugin's import raised, exits and interrupts included."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r}) at import; a plugin must raise an error instead of exiting"
+    if isinstance(exc, KeyboardInterrupt):
+        return "raised KeyboardInterrupt at import"
+    if isinstance(exc, ImportTimedOut):
+        return f"import {exc} (raise {TIMEOUT_ENV} if it is only slow)"
+    return _one_line(exc)
+
+
+SPEC_TYPES = {"method": MethodSpec, "backend": BackendSpec, "pipeline": PipelineSpec, "reward": RewardSpec}
 
 
 def disabled_names() -> set[str]:
@@ -118,6 +141,7 @@ class PluginHost:
         if entry_points is None:
             entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         blocked = disabled_names()
+        deadline = import_timeout()
         for ep in entry_points:
             if ep.name in self.statuses:
                 continue  # the same distribution seen twice on sys.path
@@ -133,9 +157,11 @@ class PluginHost:
                 self.statuses[ep.name] = status
                 continue
             try:
-                plugin = ep.load()
-            except Exception as exc:  # any import-time failure is the plugin's, not ours
-                status.status, status.error = "failed", _one_line(exc)
+                plugin = call_with_deadline(ep.load, deadline)
+            except UserInterrupt:
+                raise  # the user's Ctrl-C, not the plugin's fault
+            except BaseException as exc:  # any import-time failure is the plugin's, exits included
+                status.status, status.error = "failed", _import_failure(exc)
                 self.statuses[ep.name] = status
                 continue
             self._register(plugin, status)
@@ -152,10 +178,13 @@ class PluginHost:
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
+            call_with_deadline(lambda: spec.loader.exec_module(module), import_timeout())
+        except UserInterrupt:
             sys.modules.pop(module_name, None)
-            raise PluginError(f"plugin file {str(path)!r} failed to import: {_one_line(exc)}") from exc
+            raise
+        except BaseException as exc:  # exits and interrupts included: it was asked for, so fatal
+            sys.modules.pop(module_name, None)
+            raise PluginError(f"plugin file {str(path)!r} failed to import: {_import_failure(exc)}") from exc
         self._register(module, PluginStatus(path.stem, source="file"))
         if self.statuses[path.stem].status == "failed":
             raise PluginError(f"plugin file {str(path)!r}: {self.statuses[path.stem].error}")
@@ -186,8 +215,16 @@ class PluginHost:
             except pluggy.PluginValidationError as exc:
                 self.pm.unregister(name=status.name)
                 status.status, status.error = "failed", _one_line(exc)
+            else:
+                _name_lifecycle_failures(self.pm, plugin, status.name)
         self.statuses[status.name] = status
         self.invalidate()
+
+    def command_hook_failed(self, name: str, exc: BaseException) -> None:
+        """Record that a plugin's ``rlkit_register_commands`` raised (its commands are left out)."""
+        status = self.statuses.get(name) or PluginStatus(name)
+        status.error = f"commands not added: rlkit_register_commands raised {_one_line(exc)}"
+        self.statuses[name] = status
 
     # the registry ----------------------------------------------------------------------
 
@@ -212,9 +249,15 @@ class PluginHost:
                 if impl.plugin_name in failed:
                     continue
                 try:
-                    specs = _as_spec_list(impl.function(), hook_name)
+                    result = impl.function()
                 except Exception as exc:
                     self._mark_failed(impl.plugin_name, f"{hook_name} raised {_one_line(exc)}", registry)
+                    failed.add(impl.plugin_name)
+                    continue
+                try:
+                    specs = _as_spec_list(result, hook_name)
+                except TypeError as exc:
+                    self._mark_failed(impl.plugin_name, f"{hook_name} {exc}", registry)
                     failed.add(impl.plugin_name)
                     continue
                 collected.setdefault(impl.plugin_name, []).extend((kind, spec) for spec in specs)
@@ -237,9 +280,49 @@ class PluginHost:
 def _as_spec_list(result: Any, hook_name: str) -> list[Any]:
     if result is None:
         return []
+    expected = SPEC_TYPES[hookspecs.REGISTRATION_HOOKS[hook_name]].__name__
     if not isinstance(result, (list, tuple)):
-        raise TypeError(f"{hook_name} must return a list of spec records, got {type(result).__name__}")
+        raise TypeError(f"must return a list of {expected} records, got {_short(result)}")
+    for item in result:
+        if not isinstance(item, SPEC_TYPES[hookspecs.REGISTRATION_HOOKS[hook_name]]):
+            raise TypeError(f"must return a list of {expected} records, got an item {_short(item)}")
     return list(result)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+LIFECYCLE_HOOKS = frozenset(
+    name for name in dir(hookspecs) if name.startswith("rlkit_") and name not in hookspecs.REGISTRATION_HOOKS
+) - {"rlkit_register_commands"}
+
+
+def _name_lifecycle_failures(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
+    """Wrap the plugin's lifecycle hooks so that an error raised in one names the plugin."""
+    for caller in pm.get_hookcallers(plugin) or []:
+        if caller.name not in LIFECYCLE_HOOKS:
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin and not (impl.hookwrapper or impl.wrapper):
+                impl.function = _naming(impl.function, name, caller.name)
+
+
+def _naming(function, plugin_name: str, hook_name: str):
+    def call(*args):
+        try:
+            return function(*args)
+        except (Exception, SystemExit) as exc:  # a hook's sys.exit(0) must not end a run as a success
+            if isinstance(exc, PluginError) and getattr(exc, "plugin", None) == plugin_name:
+                raise
+            what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {_one_line(exc)}"
+            error = PluginError(f"plugin {plugin_name!r}: {hook_name} {what}")
+            error.plugin = plugin_name
+            raise error from exc
+
+    call.__wrapped__ = function
+    return call
 
 
 # --- the process-wide host -------------------------------------------------------------------
