@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import threading
-from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -25,15 +22,35 @@ app = typer.Typer(
     name="rlkit",
     help="Fine-tune language models with reinforcement learning (PPO, ILQL, SFT).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion, as typer apps have
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: rich's help renderer alone doubled start-up (docs/benchmarks.md)
 )
 config_app = typer.Typer(help="Show or check a config file.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(config_app, name="config")
 
-SetOption = typer.Option(None, "--set", "-s", help="Override a config value: --set train.batch_size=8 (repeatable).")
-PluginOption = typer.Option(None, "--plugin", "-p", help="Load a one-off plugin file (repeatable).")
+SetOption = typer.Option(
+    None, "--set", "-s", metavar="KEY=VALUE", help="Override a config value: --set train.batch_size=8 (repeatable)."
+)
+PluginOption = typer.Option(None, "--plugin", "-p", metavar="FILE.py", help="Load a one-off plugin file (repeatable).")
+ConfigArgument = typer.Argument(..., metavar="CONFIG", help="A TRLConfig YAML file.")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from rlkit_core.cli.env import distribution_version
+
+        typer.echo(f"rlkit {distribution_version('rlkit-core') or 'unknown (not installed)'}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", "-V", is_eager=True, callback=_version_callback, help="Print rlkit's version and exit."
+    ),
+) -> None:
+    """Fine-tune language models with reinforcement learning (PPO, ILQL, SFT)."""
 
 
 def _load(config: Path, sets: Optional[List[str]], plugin_files: Optional[List[Path]]):
@@ -46,13 +63,16 @@ def _load(config: Path, sets: Optional[List[str]], plugin_files: Optional[List[P
     return load_config(config, list(sets or []))
 
 
-# the main job, run by `rlkit run` with no config: PPO on SmolLM2-135M towards positive reviews
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "sentiments" / "ppo_smollm2.yml"
+# the main job, run by `rlkit run` with no config: PPO on SmolLM2-135M towards positive reviews.
+# Package data of rlkit-core, so it works from a wheel; examples/sentiments/ppo_smollm2.yml links here.
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_smollm2.yml"
 
 
 @app.command()
 def run(
-    config: Optional[Path] = typer.Argument(None, help="A TRLConfig YAML file (default: the SmolLM2 sentiment example)."),
+    config: Optional[Path] = typer.Argument(
+        None, metavar="CONFIG", help="A TRLConfig YAML file (default: the main job, PPO on SmolLM2 towards positive reviews)."
+    ),
     set_: Optional[List[str]] = SetOption,
     plugin: Optional[List[Path]] = PluginOption,
 ):
@@ -62,7 +82,7 @@ def run(
 
     if config is None:
         if not DEFAULT_CONFIG.is_file():
-            raise ConfigError(f"no CONFIG given and the default example {DEFAULT_CONFIG} is not installed; pass a config file")
+            raise ConfigError(f"no CONFIG given and the main job's config {DEFAULT_CONFIG} is missing; reinstall rlkit-core or pass a config file")
         config = DEFAULT_CONFIG
     train_from_config(_load(config, set_, plugin))
 
@@ -104,9 +124,19 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
         err_console.print(f"[red]conflict:[/] {conflict}", highlight=False)
 
 
+@app.command()
+def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines.")):
+    """Versions of rlkit, its plugins, python, torch, transformers, accelerate, ...; CUDA."""
+    from rlkit_core.cli.env import collect, format_lines
+    from rlkit_core.plugins import get_host
+
+    info = collect(get_host())
+    typer.echo(json.dumps(info, indent=2) if as_json else "\n".join(format_lines(info)))
+
+
 @config_app.command("show")
 def config_show(
-    config: Path = typer.Argument(..., help="A TRLConfig YAML file."),
+    config: Path = ConfigArgument,
     set_: Optional[List[str]] = SetOption,
     plugin: Optional[List[Path]] = PluginOption,
 ):
@@ -116,7 +146,7 @@ def config_show(
 
 @config_app.command("validate")
 def config_validate(
-    config: Path = typer.Argument(..., help="A TRLConfig YAML file."),
+    config: Path = ConfigArgument,
     set_: Optional[List[str]] = SetOption,
     plugin: Optional[List[Path]] = PluginOption,
 ):
@@ -133,75 +163,19 @@ _CORE_COMMANDS = (list(app.registered_commands), list(app.registered_groups))
 
 
 def _add_plugin_commands() -> None:
-    """Plugins' commands for the current host; calling it again starts from the core ones.
-
-    Each plugin's hook runs on its own: one that raises leaves out only its own commands
-    (recorded for ``rlkit plugins``, and one warning line), never the others or ``--help``."""
+    """Plugins' commands for the current host; calling it again starts from the core ones."""
     from rlkit_core.plugins import get_host
 
     app.registered_commands[:], app.registered_groups[:] = (list(x) for x in _CORE_COMMANDS)
-    host = get_host()
-    for impl in host.hook.rlkit_register_commands.get_hookimpls():
-        before = (list(app.registered_commands), list(app.registered_groups))
-        try:
-            impl.function(**{name: app for name in impl.argnames})
-        except Exception as exc:
-            app.registered_commands[:], app.registered_groups[:] = before
-            host.command_hook_failed(impl.plugin_name, exc)
-            err_console.print(f"[yellow]warning:[/] plugin {impl.plugin_name!r}: {host.statuses[impl.plugin_name].error}",
-                              highlight=False, soft_wrap=True)
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM outside the training loop: unwinds like Ctrl-C, exits 143."""
-
-
-_TERMINATED = []  # set by the SIGTERM handler: typer reports any interrupt as Exit(130)
-
-
-def _on_sigterm(signum, frame):
-    _TERMINATED.append(signum)
-    raise _Terminated()
-
-
-@contextmanager
-def _sigterm_unwinds():
-    """SIGTERM raises :class:`_Terminated` (the loop installs its own graceful handler)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt(exc: BaseException | None) -> int:
-    """One line and 130 (SIGINT) or 143 (SIGTERM), never 0."""
-    terminated = isinstance(exc, _Terminated) or bool(_TERMINATED)
-    name = "SIGTERM" if terminated else "SIGINT (Ctrl-C)"
-    err_console.print(f"[red]error:[/] interrupted by {name}; stopped", highlight=False)
-    return 143 if terminated else 130
+    get_host().hook.rlkit_register_commands(app=app)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Console-script entry point."""
     debug = os.environ.get("RLKIT_DEBUG", "") not in ("", "0")
-    _TERMINATED.clear()
     try:
-        with _sigterm_unwinds():
-            _add_plugin_commands()
-            code = app(args=argv, prog_name="rlkit", standalone_mode=False)
-        if code == 130 and type(code) is int:  # typer turns KeyboardInterrupt into Exit(130) and returns it
-            return _exit(_interrupt(None))
-        if type(code) is int and code:  # a command's ctx.exit(n)
-            return _exit(code)
-    except KeyboardInterrupt as exc:  # raised outside a command (typer turns one inside into Exit(130))
-        if debug:
-            raise
-        return _exit(_interrupt(exc))
+        _add_plugin_commands()
+        app(args=argv, prog_name="rlkit", standalone_mode=False)
     except RlkitError as exc:
         if debug:
             raise
@@ -211,9 +185,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
         return _exit(code or 0)
-    except typer.Abort as exc:
-        if isinstance(exc.__context__, KeyboardInterrupt):  # click's wrapping of Ctrl-C
-            return _exit(_interrupt(exc.__context__))
+    except typer.Abort:
         err_console.print("aborted")
         return _exit(1)
     except Exception as exc:  # usage errors (click's, vendored by typer) and unexpected failures
