@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -163,19 +166,75 @@ _CORE_COMMANDS = (list(app.registered_commands), list(app.registered_groups))
 
 
 def _add_plugin_commands() -> None:
-    """Plugins' commands for the current host; calling it again starts from the core ones."""
+    """Plugins' commands for the current host; calling it again starts from the core ones.
+
+    Each plugin's hook runs on its own: one that raises leaves out only its own commands
+    (recorded for ``rlkit plugins``, and one warning line), never the others or ``--help``."""
     from rlkit_core.plugins import get_host
 
     app.registered_commands[:], app.registered_groups[:] = (list(x) for x in _CORE_COMMANDS)
-    get_host().hook.rlkit_register_commands(app=app)
+    host = get_host()
+    for impl in host.hook.rlkit_register_commands.get_hookimpls():
+        before = (list(app.registered_commands), list(app.registered_groups))
+        try:
+            impl.function(**{name: app for name in impl.argnames})
+        except Exception as exc:
+            app.registered_commands[:], app.registered_groups[:] = before
+            host.command_hook_failed(impl.plugin_name, exc)
+            err_console.print(f"[yellow]warning:[/] plugin {impl.plugin_name!r}: {host.statuses[impl.plugin_name].error}",
+                              highlight=False, soft_wrap=True)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM outside the training loop: unwinds like Ctrl-C, exits 143."""
+
+
+_TERMINATED = []  # set by the SIGTERM handler: typer reports any interrupt as Exit(130)
+
+
+def _on_sigterm(signum, frame):
+    _TERMINATED.append(signum)
+    raise _Terminated()
+
+
+@contextmanager
+def _sigterm_unwinds():
+    """SIGTERM raises :class:`_Terminated` (the loop installs its own graceful handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(exc: BaseException | None) -> int:
+    """One line and 130 (SIGINT) or 143 (SIGTERM), never 0."""
+    terminated = isinstance(exc, _Terminated) or bool(_TERMINATED)
+    name = "SIGTERM" if terminated else "SIGINT (Ctrl-C)"
+    err_console.print(f"[red]error:[/] interrupted by {name}; stopped", highlight=False)
+    return 143 if terminated else 130
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Console-script entry point."""
     debug = os.environ.get("RLKIT_DEBUG", "") not in ("", "0")
+    _TERMINATED.clear()
     try:
-        _add_plugin_commands()
-        app(args=argv, prog_name="rlkit", standalone_mode=False)
+        with _sigterm_unwinds():
+            _add_plugin_commands()
+            code = app(args=argv, prog_name="rlkit", standalone_mode=False)
+        if code == 130 and type(code) is int:  # typer turns KeyboardInterrupt into Exit(130) and returns it
+            return _exit(_interrupt(None))
+        if type(code) is int and code:  # a command's ctx.exit(n)
+            return _exit(code)
+    except KeyboardInterrupt as exc:  # raised outside a command (typer turns one inside into Exit(130))
+        if debug:
+            raise
+        return _exit(_interrupt(exc))
     except RlkitError as exc:
         if debug:
             raise
@@ -185,7 +244,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
         return _exit(code or 0)
-    except typer.Abort:
+    except typer.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):  # click's wrapping of Ctrl-C
+            return _exit(_interrupt(exc.__context__))
         err_console.print("aborted")
         return _exit(1)
     except Exception as exc:  # usage errors (click's, vendored by typer) and unexpected failures
