@@ -162,8 +162,13 @@ def structure_config_class(converter: cattrs.Converter, cls: type, value: Any) -
             if field.default is attrs.NOTHING:
                 lines.append((field.name, "required key missing"))
             continue
+        raw = value[field.name]
+        if field.converter is not None:
+            # a field's attrs converter reads trlX's other spellings (``scale_reward: false``)
+            # from YAML as it does from Python, before the type check
+            raw = field.converter(raw)
         try:
-            kwargs[field.name] = converter.structure(value[field.name], hints[field.name])
+            kwargs[field.name] = converter.structure(raw, hints[field.name])
         except Exception as exc:  # collected, reported with the rest
             lines += _leaf_lines(exc, field.name)
             continue

@@ -15,6 +15,12 @@ from rlkit_methods.common.kl import make_kl_controller
 SCALE_REWARD = (None, "ignored", "running", "ref", "whiten")
 
 
+def no_scaling_if_false(value: Any) -> Any:
+    """trlX's configs write ``scale_reward: False`` for no scaling (its trainer scales only for
+    "running" and "ref"); rlkit spells that ``None``."""
+    return None if value is False else value
+
+
 @attrs.define
 class PPOConfig(MethodConfig):
     """Proximal policy optimisation (trlX's fields and meanings).
@@ -28,7 +34,7 @@ class PPOConfig(MethodConfig):
     :param gamma: discount; :param lam: GAE lambda
     :param cliprange: policy ratio clip eps; :param cliprange_value: value clip
     :param vf_coef: value loss weight
-    :param scale_reward: None/"ignored", "running", "ref" or "whiten"
+    :param scale_reward: None/"ignored" (or False, trlX's spelling), "running", "ref" or "whiten"
     :param ref_mean, ref_std: reference score statistics (None: taken from the first rollouts)
     :param cliprange_reward: clip scores to [-c, c] (0 turns it off)
     :param gen_kwargs: generation kwargs; :param gen_experience_kwargs: used for rollouts if set
@@ -47,7 +53,9 @@ class PPOConfig(MethodConfig):
     cliprange: float = attrs.field(default=0.2, validator=_number(positive))
     cliprange_value: float = attrs.field(default=0.2, validator=_number(positive))
     vf_coef: float = attrs.field(default=1.0, validator=_number(non_negative))
-    scale_reward: Optional[str] = attrs.field(default="ignored", validator=one_of(*SCALE_REWARD))
+    scale_reward: Optional[str] = attrs.field(
+        default="ignored", converter=no_scaling_if_false, validator=one_of(*SCALE_REWARD)
+    )
     ref_mean: Optional[float] = attrs.field(default=None, validator=finite)
     ref_std: Optional[float] = attrs.field(default=None, validator=_number(positive))
     cliprange_reward: float = attrs.field(default=10.0, validator=_number(non_negative))
@@ -60,10 +68,11 @@ class PPOConfig(MethodConfig):
 
     # trlX's methods, delegating to the pure functions ------------------------------------
 
-    def get_advantages_and_returns(self, values, rewards, response_length=None, use_whitening=True, mask=None):
+    def get_advantages_and_returns(self, values, rewards, response_length=None, use_whitening=True, mask=None, all_reduce=None):
         """GAE advantages and returns (returns before whitening); see
         :func:`rlkit_methods.ppo.losses.gae_advantages_and_returns`. ``response_length``
-        (trlX's argument) limits the computation to the first tokens."""
+        (trlX's argument) limits the computation to the first tokens; ``all_reduce`` (the
+        engine's sum over data-parallel ranks) whitens over every rank's batch."""
         from rlkit_methods.common.stats import whiten
         from rlkit_methods.ppo.losses import gae_advantages_and_returns
 
@@ -72,7 +81,7 @@ class PPOConfig(MethodConfig):
             mask = None if mask is None else mask[:, :response_length]
         advantages, returns = gae_advantages_and_returns(values, rewards, self.gamma, self.lam, mask)
         if use_whitening:
-            advantages = whiten(advantages, mask)
+            advantages = whiten(advantages, mask, all_reduce=all_reduce)
         return advantages.detach(), returns
 
     def loss(self, logprobs, values, old_logprobs, old_values, advantages, returns, mask):
