@@ -43,6 +43,7 @@ class TrainConfig:
     save_best: bool = True
     save_optimizer: bool = True
     resume_from_checkpoint: Optional[str] = None
+    overwrite_checkpoint_dir: bool = False  # rlkit: replace another run's files in checkpoint_dir
     # trlX defaults to wandb; rlkit logs JSONL always and needs no account, so no tracker.
     tracker: Optional[str] = attrs.field(default=None, validator=one_of(None, "tensorboard", "wandb"))
     logging_dir: Optional[str] = None

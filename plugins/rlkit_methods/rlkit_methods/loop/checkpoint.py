@@ -2,12 +2,15 @@
 
 A checkpoint is written into a hidden temporary folder beside its final place and renamed
 into place only when every file is on disk, so a run killed mid-write leaves no folder that
-``latest_checkpoint`` or a resume would pick up. Leftover temporary folders are removed on
-the next save.
+``latest_checkpoint`` or a resume would pick up. Every folder rlkit writes carries the
+marker file ``.rlkit-written``; leftover temporary folders are removed on the next save only
+if they carry it, so a user's own ``.tmp-*`` folder is never touched. A write that fails
+(a full disk) removes its temporary folder and says what happened (:func:`write_errors`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -24,6 +27,7 @@ from rlkit_core.errors import RlkitError
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(\d+)$")
 COMPLETE_MARKER = "COMPLETE"
 TMP_PREFIX = ".tmp-"
+RLKIT_MARKER = ".rlkit-written"  # in every folder rlkit writes: clean-up touches only these
 
 
 def temporary_for(final: str | os.PathLike) -> Path:
@@ -32,13 +36,33 @@ def temporary_for(final: str | os.PathLike) -> Path:
     return final.parent / f"{TMP_PREFIX}{final.name}"
 
 
+def is_rlkit_temporary(path: str | os.PathLike) -> bool:
+    """A hidden temporary folder that rlkit wrote (it carries the marker file)."""
+    path = Path(path)
+    return path.name.startswith(TMP_PREFIX) and path.is_dir() and (path / RLKIT_MARKER).is_file()
+
+
+def _remove_ours(path: Path) -> None:
+    if path.exists():
+        if not is_rlkit_temporary(path):
+            raise RlkitError(f"{path}: exists and was not written by rlkit (no {RLKIT_MARKER}); move it away")
+        shutil.rmtree(path)
+
+
 def start_temporary(final: str | os.PathLike) -> Path:
-    """Create an empty temporary folder for ``final`` (main process only)."""
+    """Create an empty temporary folder for ``final``, with rlkit's marker (main process only)."""
     tmp = temporary_for(final)
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    _remove_ours(tmp)
     tmp.mkdir(parents=True)
+    (tmp / RLKIT_MARKER).write_text("written by rlkit; a .tmp- folder holding this file may be deleted\n")
     return tmp
+
+
+def discard_temporary(final: str | os.PathLike) -> None:
+    """Remove the temporary folder of a checkpoint whose write failed (main process only)."""
+    tmp = temporary_for(final)
+    if is_rlkit_temporary(tmp):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def commit_temporary(final: str | os.PathLike) -> Path:
@@ -51,9 +75,9 @@ def commit_temporary(final: str | os.PathLike) -> Path:
     _fsync_tree(tmp)
     if final.exists():
         old = final.parent / f"{TMP_PREFIX}{final.name}-old"
-        if old.exists():
-            shutil.rmtree(old)
+        _remove_ours(old)
         final.rename(old)
+        (old / RLKIT_MARKER).touch()  # a folder of an older rlkit has none; this one is ours
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
     else:
@@ -69,11 +93,65 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
     """
     tmp = start_temporary(final)
     try:
-        yield tmp
-        commit_temporary(final)
+        with write_errors(final):
+            yield tmp
+            commit_temporary(final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextmanager
+def write_errors(final: str | os.PathLike) -> Iterator[None]:
+    """Around a checkpoint write (every process): a failed write removes the temporary folder,
+    and a full disk is said in one line instead of a zip writer's message."""
+    final = Path(final)
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        full = out_of_space(exc, final.parent)  # before the partial files are removed
+        discard_temporary(final)
+        if full:
+            raise RlkitError(
+                f"{final}: no space left on the device of {final.parent} while writing the checkpoint; the partial "
+                f"checkpoint was removed ({_size(_free_bytes(final.parent))} free now); free some space or set "
+                f"train.checkpoint_dir to a disk with room"
+            ) from exc
+        raise
+
+
+LOW_SPACE = 64 * 2**20  # a write that failed with less than this free ran out of space
+
+
+def out_of_space(exc: BaseException, where: Path) -> bool:
+    """ENOSPC/EDQUOT anywhere in the exception's chain, or a write that failed (torch's zip
+    writer says only ``iostream error`` or ``unexpected pos``) on a disk with almost nothing free."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    free = _free_bytes(where)
+    return free is not None and free < LOW_SPACE
+
+
+def _free_bytes(where: Path) -> int | None:
+    for path in (where, *where.parents):
+        try:
+            return shutil.disk_usage(path).free
+        except OSError:
+            continue
+    return None
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -84,11 +162,11 @@ def _fsync_tree(root: Path) -> None:
 
 
 def remove_stale_temporaries(parent: str | os.PathLike) -> None:
-    """Delete temporary folders left by a killed run."""
+    """Delete temporary folders left by a killed run: only those with rlkit's marker."""
     parent = Path(parent)
     if parent.is_dir():
         for path in parent.iterdir():
-            if path.name.startswith(TMP_PREFIX) and path.is_dir():
+            if is_rlkit_temporary(path):
                 shutil.rmtree(path, ignore_errors=True)
 
 
@@ -98,28 +176,45 @@ def is_complete(path: str | os.PathLike) -> bool:
 
 def latest_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
     """The complete ``checkpoint_<step>`` with the highest step, or None."""
-    root = Path(checkpoint_dir)
-    if not root.is_dir():
-        return None
-    found = []
-    for path in root.iterdir():
-        match = CHECKPOINT_PATTERN.match(path.name)
-        if match and path.is_dir() and is_complete(path):
-            found.append((int(match.group(1)), path))
+    found = [(step, path) for step, path in _checkpoints(Path(checkpoint_dir)) if is_complete(path)]
     return max(found)[1] if found else None
 
 
 def resolve_resume_path(path: str | os.PathLike) -> Path:
-    """``train.resume_from_checkpoint`` may name a checkpoint or a checkpoint_dir (latest)."""
+    """``train.resume_from_checkpoint`` may name a checkpoint or a checkpoint_dir (latest).
+
+    A ``checkpoint_<n>`` folder is renamed into place only once complete, so one without the
+    ``COMPLETE`` marker had it removed: it is refused, never skipped for an older checkpoint."""
     path = Path(path)
     if is_complete(path):
         return path
+    if path.is_dir() and CHECKPOINT_PATTERN.match(path.name):
+        raise RlkitError(
+            f"train.resume_from_checkpoint: {path} has no {COMPLETE_MARKER} marker, so it may be incomplete; "
+            f"resume from an earlier checkpoint, or restore the marker if you know it is whole"
+        )
     latest = latest_checkpoint(path)
+    unmarked = [p for p in _checkpoints(path) if not is_complete(p[1]) and (latest is None or p[0] > _step(latest))]
+    if unmarked:
+        newest = max(unmarked)[1]
+        instead = f"train.resume_from_checkpoint={latest}" if latest is not None else "a new run"
+        raise RlkitError(
+            f"train.resume_from_checkpoint: {newest} is newer than any complete checkpoint but has no {COMPLETE_MARKER} "
+            f"marker (removed?); resume from an earlier one explicitly ({instead}), or restore the marker if you know it is whole"
+        )
     if latest is not None:
         return latest
-    if path.is_dir() and CHECKPOINT_PATTERN.match(path.name):
-        raise RlkitError(f"checkpoint {path} is incomplete (no {COMPLETE_MARKER} marker); resume from an earlier one")
     raise RlkitError(f"train.resume_from_checkpoint: no complete checkpoint at {path}")
+
+
+def _checkpoints(root: Path) -> list[tuple[int, Path]]:
+    if not root.is_dir():
+        return []
+    return [(int(m.group(1)), p) for p in root.iterdir() if (m := CHECKPOINT_PATTERN.match(p.name)) and p.is_dir()]
+
+
+def _step(checkpoint: Path) -> int:
+    return int(CHECKPOINT_PATTERN.match(checkpoint.name).group(1))
 
 
 # --- random state --------------------------------------------------------------------------

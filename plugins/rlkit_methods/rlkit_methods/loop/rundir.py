@@ -1,0 +1,186 @@
+"""A run owns its ``checkpoint_dir``: a lock while it runs, and no writing into another run's files.
+
+:func:`claim` is called once per run, before anything is written there (checkpoints, the
+metrics log). On the main process it
+
+* takes ``<checkpoint_dir>/.rlkit-run.lock`` (pid, host, process start time). A lock whose
+  process is gone (a killed run) is stale and taken over; a live one is refused: two runs in
+  one folder would mix their files.
+* refuses a folder that holds another run's files (``checkpoint_<n>``, ``best_checkpoint``,
+  ``hf_model``, the metrics log) unless the run resumes (``train.resume_from_checkpoint``)
+  or was asked to replace them (``train.overwrite_checkpoint_dir``). Overwriting removes only
+  what rlkit writes; anything else in the folder is left alone.
+
+The lock is released by :meth:`RunDir.release` (the loop calls it in ``finally``; an
+``atexit`` hook is the fallback). Other processes of a data-parallel run get a handle that
+holds nothing and must wait (a barrier) until the main process has claimed the folder.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from rlkit_core.errors import ConfigError, RlkitError
+from rlkit_methods.loop.checkpoint import CHECKPOINT_PATTERN, is_rlkit_temporary
+from rlkit_methods.loop.metrics_log import METRICS_FILE, SAMPLES_FILE
+
+LOCK_FILE = ".rlkit-run.lock"
+RUN_FOLDERS = ("best_checkpoint", "hf_model")
+LOG_FILES = (METRICS_FILE, SAMPLES_FILE)
+REPORT_FILE = "report.png"
+
+
+class RunDir:
+    """What :func:`claim` returns: the folder, and the lock while held."""
+
+    def __init__(self, path: Path, lock: Path | None) -> None:
+        self.path = path
+        self.lock = lock
+        if lock is not None:
+            atexit.register(self.release)
+
+    def release(self) -> None:
+        """Drop the lock (only if it is still ours). Safe to call more than once."""
+        lock, self.lock = self.lock, None
+        if lock is None:
+            return
+        atexit.unregister(self.release)
+        holder = _read_lock(lock)
+        if holder is not None and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+            lock.unlink(missing_ok=True)
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def claim(
+    checkpoint_dir: str | os.PathLike,
+    *,
+    resume: bool,
+    overwrite: bool,
+    is_main_process: bool,
+    logging_dir: str | os.PathLike | None = None,
+) -> RunDir:
+    """Lock ``checkpoint_dir`` for this run and check it may write there (see the module)."""
+    root = Path(checkpoint_dir)
+    if not is_main_process:
+        return RunDir(root, None)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"train.checkpoint_dir: cannot create {root}: {exc.strerror or exc}") from None
+    lock = _take_lock(root / LOCK_FILE)
+    handle = RunDir(root, lock)
+    try:
+        logs = Path(logging_dir) if logging_dir else root / "logs"
+        found = run_files(root, logs)
+        if found and not resume:
+            if not overwrite:
+                shown = ", ".join(str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in found[:3])
+                more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+                raise ConfigError(
+                    f"train.checkpoint_dir: {root} holds another run's files ({shown}{more}); resume it with "
+                    f"train.resume_from_checkpoint={root}, or use a new folder (train.checkpoint_dir), "
+                    f"or replace that run with train.overwrite_checkpoint_dir=true"
+                )
+            for path in found:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    except BaseException:
+        handle.release()
+        raise
+    return handle
+
+
+def run_files(root: Path, logs: Path) -> list[Path]:
+    """What a run leaves in its folders (and nothing a user put there), sorted."""
+    found = []
+    if root.is_dir():
+        for path in root.iterdir():
+            if path.is_dir() and (CHECKPOINT_PATTERN.match(path.name) or path.name in RUN_FOLDERS or is_rlkit_temporary(path)):
+                found.append(path)
+        if (root / REPORT_FILE).is_file():
+            found.append(root / REPORT_FILE)
+    found += [logs / name for name in LOG_FILES if (logs / name).is_file()]
+    return sorted(found, key=lambda p: (not p.name.startswith("checkpoint_"), p.name))
+
+
+# --- the lock ----------------------------------------------------------------------------------
+
+
+def _take_lock(lock: Path) -> Path:
+    """Create ``lock`` atomically (a complete file or none: written beside it, then linked)."""
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _process_start(os.getpid()), "since": time.time()}
+    for _ in range(3):
+        draft = lock.with_name(f"{lock.name}.{os.getpid()}")
+        draft.write_text(json.dumps(me))
+        try:
+            os.link(draft, lock)  # fails if a lock exists: no two runs both win
+            return lock
+        except FileExistsError:
+            holder = _read_lock(lock)
+            if holder is not None and _alive(holder):
+                since = time.strftime("%Y-%m-%d %H:%M", time.localtime(holder.get("since", 0)))
+                raise RlkitError(
+                    f"{lock.parent}: another rlkit run (pid {holder.get('pid')} on {holder.get('host')}, started {since}) "
+                    f"is using this folder; wait for it to finish, or set train.checkpoint_dir to a new folder "
+                    f"(if that run is gone, delete {lock})"
+                ) from None
+            lock.unlink(missing_ok=True)  # stale: its process is gone
+        finally:
+            draft.unlink(missing_ok=True)
+    raise RlkitError(f"{lock.parent}: could not take the run lock {lock}; another run keeps taking it")
+
+
+def _read_lock(lock: Path) -> dict[str, Any] | None:
+    try:
+        holder = json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    """Whether the process that wrote a lock still runs. Another host's is taken as alive
+    (it cannot be checked from here); a reused pid is told apart by its start time."""
+    if holder.get("host") != socket.gethostname():
+        return True
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process with that pid
+    fields = _proc_stat(pid)
+    if fields is None:
+        return True  # no /proc: the pid exists, take it as the run
+    if fields[0] in ("Z", "X"):  # killed, waiting to be reaped
+        return False
+    return holder.get("start") is None or int(fields[19]) == holder.get("start")
+
+
+def _process_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), else None."""
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields 3.. of ``/proc/<pid>/stat`` (state, ppid, ...; field 22 is the start time)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()  # the name in (...) may hold spaces and parentheses
