@@ -44,17 +44,25 @@ def micro_batches(batch: Any, mb_size: int) -> list[Any]:
 
 
 class MiniBatchIterator:
-    """trlX's ``MiniBatchIterator(data_loader, mb_size, num_mb)``: yields, per loader batch, a
-    list of ``num_mb`` micro-batches of ``mb_size`` rows (fewer if the batch is short)."""
+    """trlX's ``MiniBatchIterator(data_loader, mb_size, num_mb)``: an iterator that gives, per
+    loader batch, a list of ``num_mb`` micro-batches of ``mb_size`` rows (fewer if the batch is
+    short). As in trlX it is one pass over the loader, by ``for`` or by ``next()``; make a new
+    one for the next epoch."""
 
     def __init__(self, data_loader: Iterable[Any], mb_size: int, num_mb: int):
+        if mb_size <= 0 or num_mb <= 0:
+            raise ValueError(f"MiniBatchIterator: mb_size and num_mb must be > 0, got {mb_size} and {num_mb}")
         self.data_loader = data_loader
+        self.data_loader_iter = iter(data_loader)
         self.mb_size = mb_size
         self.num_mb = num_mb
 
     def __iter__(self) -> Iterator[list[Any]]:
-        for batch in self.data_loader:
-            yield micro_batches(batch, self.mb_size)[: self.num_mb]
+        return self
+
+    def __next__(self) -> list[Any]:
+        batch = next(self.data_loader_iter)  # StopIteration ends the pass
+        return micro_batches(batch, self.mb_size)[: self.num_mb]
 
     def __len__(self) -> int:
         return len(self.data_loader)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ only when there are at least two samples and ``std > 0`` (equal rewards give 0, 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -23,6 +24,8 @@ from torch.utils.data import DataLoader, Dataset
 from rlkit_methods.common.validate import check_rewards, check_samples
 from rlkit_methods.data.dialogue import DialogMessage, tokenize_dialogue
 from rlkit_methods.data.padding import pad, position_ids_from_mask
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -84,6 +87,44 @@ class ILQLRolloutStorage(Dataset):
                           drop_last=drop_last, **kwargs)
 
 
+class ILQLSeq2SeqRolloutStorage(Dataset):
+    """trlX's ``ILQLSeq2SeqRolloutStorage``: parallel lists of per-sample tensors for an
+    encoder-decoder model; ``decoder_input_ids`` are ``[start, a_1 .. a_n]`` and the indices
+    count decoder positions. Batches are right-padded with ``pad_token_id`` (trlX pads with 0,
+    T5's pad id) and carry the decoder attention mask trlX left out."""
+
+    def __init__(self, input_ids, attention_mask, decoder_input_ids, rewards, states_ixs, actions_ixs, dones,
+                 pad_token_id: int = 0):
+        super().__init__()
+        self.input_ids, self.attention_mask, self.decoder_input_ids = input_ids, attention_mask, decoder_input_ids
+        self.rewards, self.states_ixs, self.actions_ixs, self.dones = rewards, states_ixs, actions_ixs, dones
+        self.pad_token_id = pad_token_id
+
+    def __getitem__(self, ix: int) -> dict[str, torch.Tensor]:
+        decoder_input_ids = torch.as_tensor(self.decoder_input_ids[ix])
+        return {
+            "input_ids": torch.as_tensor(self.input_ids[ix]), "attention_mask": torch.as_tensor(self.attention_mask[ix]),
+            "decoder_input_ids": decoder_input_ids, "decoder_attention_mask": torch.ones_like(decoder_input_ids),
+            "rewards": torch.as_tensor(self.rewards[ix]), "states_ixs": torch.as_tensor(self.states_ixs[ix]),
+            "actions_ixs": torch.as_tensor(self.actions_ixs[ix]), "dones": torch.as_tensor(self.dones[ix]),
+        }
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def collate(self, items: Sequence[dict[str, torch.Tensor]]):
+        """Pad into a ``Seq2SeqILQLBatch`` (the batch the seq2seq ILQL trainer reads)."""
+        from rlkit_methods.data.seq2seq import Seq2SeqILQLBatch  # that module imports this one
+
+        pad_values = {"input_ids": self.pad_token_id, "decoder_input_ids": self.pad_token_id, "rewards": 0.0}
+        return Seq2SeqILQLBatch(**{key: pad([e[key] for e in items], pad_values.get(key, 0), "right") for key in items[0]})
+
+    def create_loader(self, batch_size: int, shuffle: bool = True, drop_last: bool | None = None, **kwargs) -> DataLoader:
+        if drop_last is None:
+            drop_last = torch.distributed.is_available() and torch.distributed.is_initialized()
+        return DataLoader(self, batch_size=batch_size, shuffle=shuffle, collate_fn=self.collate, drop_last=drop_last, **kwargs)
+
+
 def normalize_rewards(rewards: Sequence[float]) -> torch.Tensor:
     """r - mean(r), divided by (std(r) + eps) when len(r) > 1 and std(r) > 0 (see module doc)."""
     returns = torch.tensor(list(rewards), dtype=torch.float64)
@@ -111,9 +152,11 @@ def dialogue_indices(messages: Sequence[DialogMessage]) -> tuple[torch.Tensor, t
     return input_ids, states_ixs, actions_ixs, dones
 
 
-def make_experience(samples: Sequence[Any], rewards: Sequence[float], tokenizer: Any = None, max_length: int = 2048) -> ILQLRolloutStorage:
+def make_experience(samples: Sequence[Any], rewards: Sequence[float], tokenizer: Any = None, max_length: int = 2048,
+                    verbose: bool = True) -> ILQLRolloutStorage:
     """Tokenize samples (strings or ``[prompt, output, ...]`` lists; already tokenized
-    ``DialogMessage`` lists when ``tokenizer`` is None) and place the normalised rewards."""
+    ``DialogMessage`` lists when ``tokenizer`` is None) and place the normalised rewards.
+    ``verbose`` (trlX's flag) logs the first sample and the length statistics at INFO level."""
     if tokenizer is not None:
         samples = check_samples(samples)
     rewards = check_rewards(rewards, len(samples))
@@ -137,4 +180,21 @@ def make_experience(samples: Sequence[Any], rewards: Sequence[float], tokenizer:
         all_dones.append(dones)
         all_rewards.append(r)
     attention_mask = [torch.ones(len(x), dtype=torch.long) for x in all_input_ids]
+    if verbose:
+        log_experience(all_input_ids, all_actions, rewards, tokenizer)
     return ILQLRolloutStorage(all_input_ids, attention_mask, all_rewards, all_states, all_actions, all_dones)
+
+
+def log_experience(input_ids: Sequence[torch.Tensor], actions_ixs: Sequence[torch.Tensor], rewards: Sequence[float],
+                   tokenizer: Any = None) -> None:
+    """What trlX printed while making ILQL experience, as INFO log lines (plugins never print)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    sample_lengths = torch.tensor([len(x) for x in input_ids], dtype=torch.float)
+    output_lengths = torch.tensor([len(a) for a in actions_ixs], dtype=torch.float)
+    if tokenizer is not None:
+        first_output = int(actions_ixs[0][0]) + 1
+        logger.info("ILQL sample 0: prompt %r, output %r, reward %s", tokenizer.decode(input_ids[0][:first_output]),
+                    tokenizer.decode(input_ids[0][first_output:]), rewards[0])
+    for name, lengths in (("prompt", sample_lengths - output_lengths), ("output", output_lengths), ("sample", sample_lengths)):
+        logger.info("ILQL %s length: mean %.2f in [%d, %d]", name, lengths.mean(), lengths.min(), lengths.max())
