@@ -1,11 +1,13 @@
-"""What a person sees while training: a progress bar and tables of samples (stderr, main
-process only, and the bar only on a terminal)."""
+"""What a person sees while training, on stderr and from the main process only: tables of
+samples, and progress: a bar on a terminal, plain lines elsewhere (a log file, CI)."""
 
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.table import Table
@@ -47,10 +49,100 @@ class _Bar:
         self.progress.update(self.task, description=text, **({"completed": step} if step is not None else {}))
 
 
+def _clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class _Lines:
+    """Progress off a terminal: one plain line on stderr at each rollout phase and evaluation,
+    every ``every_steps`` steps at most, and at least every ``every_seconds`` (a background
+    timer writes the current state when a long phase, e.g. generation, prints nothing).
+
+    ``progress: step 16/120 (13%) | train | reward 0.31 | total_loss 0.52 | elapsed 1:02 | ETA 6:44``
+    """
+
+    def __init__(self, total: int, completed: int, *, every_steps: int | None = None, every_seconds: float = 60.0,
+                 stream=None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.start_step, self.step = total, completed, completed
+        self.every_steps = every_steps or max(1, total // 20)
+        self.every_seconds = every_seconds
+        self.stream, self.clock = stream, clock
+        self.phase = "start"
+        self.latest: dict[str, str] = {}
+        self.started = self.last_time = clock()
+        self.last_step = completed
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.timer: threading.Thread | None = None
+
+    def update(self, step: int, stats: dict[str, Any]) -> None:
+        for key, value in stats.items():
+            if key == "reward/mean":
+                self.latest["reward"] = _fmt(value)
+            elif key.startswith("losses/") or key == "loss":
+                self.latest[key.split("/")[-1]] = _fmt(value)
+        self.step, self.phase = step, "train"
+        if step - self.last_step >= self.every_steps or step >= self.total or self._quiet_for() >= self.every_seconds:
+            self.write()
+
+    def show_phase(self, phase: str, step: int | None = None) -> None:
+        changed = phase != self.phase
+        self.phase = phase
+        if step is not None:
+            self.step = step
+        if changed and phase != "train":  # every rollout phase and evaluation
+            self.write()
+
+    def line(self) -> str:
+        done = self.step - self.start_step
+        elapsed = self.clock() - self.started
+        eta = _clock(elapsed / done * (self.total - self.step)) if done > 0 else "?"
+        percent = 100 * self.step // max(self.total, 1)
+        fields = [f"step {self.step}/{self.total} ({percent}%)", self.phase]
+        fields += [f"{k} {v}" for k, v in self.latest.items()]
+        fields += [f"elapsed {_clock(elapsed)}", f"ETA {eta}"]
+        return "progress: " + " | ".join(fields)
+
+    def write(self) -> None:
+        with self.lock:
+            print(self.line(), file=self.stream or sys.stderr, flush=True)
+            self.last_time, self.last_step = self.clock(), self.step
+
+    def _quiet_for(self) -> float:
+        return self.clock() - self.last_time
+
+    def _heartbeat(self) -> None:
+        while not self.stopped.wait(max(self.every_seconds - self._quiet_for(), 0.01)):
+            if self._quiet_for() >= self.every_seconds:
+                self.write()
+
+    def start(self) -> "_Lines":
+        self.write()
+        self.timer = threading.Thread(target=self._heartbeat, name="rlkit-progress", daemon=True)
+        self.timer.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.timer is not None:
+            self.timer.join()
+
+
 @contextmanager
-def progress(total: int, completed: int, *, enabled: bool) -> Iterator[_Bar]:
-    if not (enabled and sys.stderr.isatty()):
+def progress(total: int, completed: int, *, enabled: bool) -> Iterator[_Bar | _Lines]:
+    """The main process's progress: a rich bar on a terminal, plain lines elsewhere; nothing on
+    the other processes. Both have ``update(step, stats)`` and ``show_phase(phase, step=None)``."""
+    if not enabled:
         yield _Bar(None, None)
+        return
+    if not sys.stderr.isatty():
+        lines = _Lines(total, completed).start()
+        try:
+            yield lines
+        finally:
+            lines.stop()
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
