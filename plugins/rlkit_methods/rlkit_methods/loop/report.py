@@ -4,16 +4,21 @@ Read from a run's ``logs/metrics.jsonl`` and ``logs/samples.jsonl``: the eval re
 metric, per swept generation setting) before and after, the same eval prompts answered at
 the first and the last evaluation, where the time went per phase (with tokens/s), and
 ``report.png`` with reward, KL and losses over steps. ``rlkit report RUN_DIR`` prints it again.
+
+NaN and infinite values (a reward of 1e308 makes an infinite standard deviation) are shown
+as ``nan``/``inf`` in the text and left out of the plot, whose legend counts them.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rlkit_core.errors import RlkitError
@@ -26,6 +31,7 @@ PHASES = {
     "train: forward": "time/forward",
     "train: backward": "time/backward",
 }
+DRAWABLE = 1e100  # matplotlib's tick maths overflows on values near the float limit (1e308)
 SWEPT = re.compile(r"@(?P<key>[^=]+)=(?P<value>.*)$")  # "reward/mean@beta=1"
 
 
@@ -118,7 +124,7 @@ def sample_table(first: dict[str, Any], last: dict[str, Any], limit: int = 6, sw
         group = tuple(str(before.get(k)) for k in swept)
         if shown[group] < limit:
             shown[group] += 1
-            table.add_row(before["prompt"], *group, _answer(before), _answer(after))
+            table.add_row(escape(str(before.get("prompt", ""))), *map(escape, group), _answer(before), _answer(after))
     return table
 
 
@@ -126,7 +132,8 @@ def print_report(info: dict[str, Any], console: Console | None = None, limit: in
     console = console or Console(stderr=True)
     wall = f" in {info['wall'] / 60:.1f} min" if info.get("wall") else ""
     for key, (before, after) in info.get("scores", {}).items():
-        console.print(f"[bold]{key}[/]: {before:.4g} -> {after:.4g} ({after - before:+.4g}) over {info['steps']} steps{wall}")
+        change = f" ({after - before:+.4g})" if _is_number(before) and _is_number(after) else ""
+        console.print(f"[bold]{key}[/]: {_fmt(before)} -> {_fmt(after)}{change} over {info['steps']} steps{wall}")
     if len(info["samples"]) >= 2:
         console.print(sample_table(info["samples"][0], info["samples"][-1], limit, info.get("sweep")))
     if info["seconds"]:
@@ -142,9 +149,18 @@ def print_report(info: dict[str, Any], console: Console | None = None, limit: in
         console.print(f"plot: {info['plot']}")
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _fmt(value: Any, spec: str = ".4g") -> str:
+    """A number as ``spec`` (nan and inf as such); anything else as text."""
+    return format(value, spec) if _is_number(value) else str(value)
+
+
 def _answer(row: dict[str, Any]) -> str:
-    scored = f" [{row['reward']:.3g}]" if isinstance(row.get("reward"), (int, float)) else ""
-    return f"{row['output']}{scored}"
+    scored = f" [{row['reward']:.3g}]" if _is_number(row.get("reward")) else ""
+    return escape(f"{row.get('output', '')}{scored}")  # "[nan]" or a model's "[b]" are text, not markup
 
 
 def plot(info: dict[str, Any], path: str | Path) -> Path:
@@ -166,9 +182,15 @@ def plot(info: dict[str, Any], path: str | Path) -> Path:
     for ax, (title, kind, keys) in zip(axes.flat, panels):
         drawn = False
         for key in keys:
-            points = [(r["step"], r[key]) for r in records if r["kind"] == kind and isinstance(r.get(key), (int, float))]
+            values = [(r["step"], r[key]) for r in records if r["kind"] == kind and _is_number(r.get(key))]
+            points = [(step, v) for step, v in values if math.isfinite(v) and abs(v) <= DRAWABLE]
+            skipped = len(values) - len(points)
+            label = f"{key} ({skipped} nan/inf/huge not drawn)" if skipped else key
             if points:
-                ax.plot(*zip(*points), marker="o" if kind != "train" else None, markersize=3, label=key)
+                ax.plot(*zip(*points), marker="o" if kind != "train" else None, markersize=3, label=label)
+                drawn = True
+            elif skipped:
+                ax.plot([], [], label=label)
                 drawn = True
         ax.set_title(title)
         ax.set_xlabel("step")
@@ -188,12 +210,15 @@ def plot(info: dict[str, Any], path: str | Path) -> Path:
 def _title(info: dict[str, Any]) -> str:
     if "score" not in info:
         return f"{info['logs'].parent.name}: {info['steps']} steps"
-    return f"{info['logs'].parent.name}: {info['score']} {info['before']:.3f} -> {info['after']:.3f} in {info['steps']} steps"
+    return f"{info['logs'].parent.name}: {info['score']} {_fmt(info['before'], '.3f')} -> {_fmt(info['after'], '.3f')} in {info['steps']} steps"
 
 
 def report(run_dir: str | Path, console: Console | None = None) -> dict[str, Any]:
     """Print the report of a run and write ``report.png`` beside its logs."""
     info = summary(run_dir)
-    info["plot"] = plot(info, info["logs"].parent / "report.png")
+    try:
+        info["plot"] = plot(info, info["logs"].parent / "report.png")
+    except (ValueError, OverflowError, OSError) as exc:  # the text report matters more than the picture
+        info["plot"] = f"not drawn ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
     print_report(info, console)
     return info

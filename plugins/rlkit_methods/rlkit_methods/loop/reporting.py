@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console(stderr=True)
@@ -25,7 +26,7 @@ def print_samples(rows: list[dict[str, Any]], *, title: str, stats: dict[str, An
     summary = " ".join(f"{k}: {_fmt(v)}" for k, v in stats.items() if k.startswith(("reward", "metrics")))
     table = Table(*rows[0].keys(), title=f"{title} {summary}".strip(), show_lines=True)
     for row in rows[:limit]:
-        table.add_row(*(_fmt(v) for v in row.values()))
+        table.add_row(*(escape(_fmt(v)) for v in row.values()))  # a model's "[b]" is text, not markup
     console.print(table)
 
 
