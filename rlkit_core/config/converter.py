@@ -195,6 +195,10 @@ def _cross_field_errors(obj: Any) -> list[tuple[str, str]]:
     try:
         post_init()
     except (ValueError, TypeError) as exc:
+        # "<field>: problem" is reported at that field's path
+        head, sep, rest = str(exc).partition(": ")
+        if sep and head in {f.name for f in attrs.fields(type(obj))}:
+            return [(head, rest)]
         return [("", str(exc))]
     return []
 

@@ -1,4 +1,4 @@
-"""rlkit-methods: PPO, ILQL and SFT as pure torch — configs, losses, stores, pipelines, rewards.
+"""rlkit-methods: PPO, ILQL, SFT and RFT as pure torch — configs, losses, stores, pipelines, rewards.
 
 The root imports no torch: configs, default configs and KL controllers are torch-free; the
 math (``rlkit_methods.ppo.losses``, ``rlkit_methods.ilql.losses``, ...) imports torch. The
@@ -14,6 +14,8 @@ _LAZY = {
     "default_ilql_config": "rlkit_methods.ilql.config",
     "PPOConfig": "rlkit_methods.ppo.config",
     "default_ppo_config": "rlkit_methods.ppo.config",
+    "RFTConfig": "rlkit_methods.rft.config",
+    "default_rft_config": "rlkit_methods.rft.config",
     "SFTConfig": "rlkit_methods.sft.config",
     "default_sft_config": "rlkit_methods.sft.config",
 }

@@ -26,6 +26,11 @@ def rlkit_register_methods():
             default_config=f"{_M}.sft.config:default_sft_config",
             description="Supervised fine-tuning on the output tokens",
         ),
+        MethodSpec(
+            "rft", f"{_M}.rft.config:RFTConfig", mode="online", aliases=("RFTConfig",),
+            default_config=f"{_M}.rft.config:default_rft_config",
+            description="Rejection-sampling fine-tuning: sample, keep each prompt's best-scoring outputs, fine-tune on them",
+        ),
     ]
 
 
