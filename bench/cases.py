@@ -13,7 +13,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Side:
     name: str
-    env: str  # "rlkit": the project's interpreter; "peer": the peer's (TRL's) interpreter
+    env: str  # "rlkit": the project's interpreter; "peer": TRL's; "trlx": trlX 0.7's (bench/.venv-trlx)
     script: str = ""  # worker in bench/, run as `python bench/<script> --spec --out --variant`
     variant: str = ""
     command: tuple[str, ...] = ()  # for timed commands: argv after the interpreter ("{rlkit}" = the rlkit CLI)
@@ -30,11 +30,16 @@ class Case:
     sides: tuple[Side, ...]
     note: str = ""
     warmup: bool = False  # run every side once untimed first (file-system caches, .pyc files)
+    extra: tuple[str, ...] = ()  # more result keys shown per side (medians), e.g. wall time, optimality
 
     @property
     def reference(self) -> Side | None:
         return next((s for s in self.sides if s.reference), None)
 
+
+# what the randomwalks cases show beside throughput ("post/...": 1000 samples after training)
+WALKS_EXTRA = ("train_cpu_s", "train_wall_s", "wall_s", "eval_wall_s", "eval_share", "steps", "post/optimality",
+               "post/optimality@beta=0", "post/optimality@beta=1", "post/optimality@beta=100")
 
 CASES = {
     "ppo": Case(
@@ -55,9 +60,32 @@ CASES = {
         ),
     ),
     "ilql": Case(
-        "ilql", "ILQL training on randomwalks (batch 100)", "samples_per_s", "samples/s", True,
-        (Side("rlkit ILQL", "rlkit", "ilql_rlkit.py"),),
-        note="TRL 0.29 has no ILQL: rlkit's figure alone",
+        "ilql", "ILQL on randomwalks, trlX's example settings (200 steps of 100)", "samples_per_s", "samples/s", True,
+        (
+            Side("trlX 0.7 ILQL", "trlx", "walks_trlx.py", "ilql", reference=True),
+            Side("rlkit ILQL", "rlkit", "walks_rlkit.py", "ilql"),
+        ),
+        note="training throughput: samples / CPU s of train() without evaluation; wall and optimality below",
+        extra=WALKS_EXTRA,
+    ),
+    "sft": Case(
+        "sft", "SFT on randomwalks, trlX's ILQL example model and data (500 steps of 100)", "samples_per_s", "samples/s", True,
+        (
+            Side("trlX 0.7 SFT", "trlx", "walks_trlx.py", "sft", reference=True),
+            Side("rlkit SFT", "rlkit", "walks_rlkit.py", "sft"),
+        ),
+        note="training throughput: samples / CPU s of train() without evaluation; wall and optimality below",
+        extra=WALKS_EXTRA,
+    ),
+    "walks-ppo": Case(
+        "walks-ppo", "PPO on randomwalks, trlX's example settings (160 steps), both from one SFT model", "samples_per_s",
+        "samples/s", True,
+        (
+            Side("trlX 0.7 PPO", "trlx", "walks_trlx.py", "walks-ppo", reference=True),
+            Side("rlkit PPO", "rlkit", "walks_rlkit.py", "walks-ppo"),
+        ),
+        note="training throughput (rollouts and updates): optimizer-step samples / CPU s of train() without evaluation",
+        extra=WALKS_EXTRA,
     ),
     "startup": Case(
         "startup", "CLI start-up", "process_s", "s", False,

@@ -84,3 +84,25 @@ def phase_table(case: Any, runs: dict[str, list[dict[str, Any]]]) -> str:
     rows = [[phase, *(f"{medians[n][phase]:.2f}" if phase in medians[n] else "-" for n in names)] for phase in phases]
     rows.append(["sum of medians", *(f"{sum(medians[n].values()):.2f}" for n in names)])
     return f"{case.name}: median seconds per phase\n" + _table(["phase", *names], rows)
+
+
+def extra_table(case: Any, runs: dict[str, list[dict[str, Any]]]) -> str:
+    """Median (min-max) per side of the case's ``extra`` result keys (wall time, evaluation's
+    share, optimality ...); a key no side reported is left out."""
+    keys = [k for k in getattr(case, "extra", ()) if any(k in r.get("result", {}) for rs in runs.values() for r in rs)]
+    if not keys:
+        return ""
+    names = [s.name for s in case.sides]
+    rows = []
+    for key in keys:
+        row = [key]
+        for name in names:
+            values = [r["result"][key] for r in runs.get(name, []) if r.get("error") is None and key in r.get("result", {})]
+            if not values:
+                row.append("-")
+                continue
+            s = summarize(values)
+            digits = 0 if key == "steps" else 3 if s.median < 10 else 1
+            row.append(f"{s.median:.{digits}f}" + (f" ({s.low:.{digits}f}-{s.high:.{digits}f})" if s.n > 1 else ""))
+        rows.append(row)
+    return f"{case.name}: medians (min-max) per side\n" + _table(["figure", *names], rows)

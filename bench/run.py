@@ -1,12 +1,15 @@
 """rlkit against its peer on the same work: one command, a table and a JSON file.
 
-    python bench/run.py [--cases ppo,generate,ilql,startup] [--repeats 3] [--device cpu|cuda]
+    python bench/run.py [--cases ppo,generate,ilql,sft,walks-ppo,startup] [--repeats 3] [--device cpu|cuda]
                         [--json bench/results/latest.json] [--peer-python PATH] [--model smollm2-135m|FOLDER]
+                        [--trlx-src DIR] [--walks-set KEY=VALUE]
 
 Every measurement runs in its own subprocess (peak RSS is that process's alone, from
 ``os.wait4``), sides interleaved A B A B ... On CPU every process is pinned to
 ``--threads`` (default 1) threads. The peer (TRL 0.29.1) runs in ``bench/.venv-trl``,
-created on first use, or in ``--peer-python``. Run it from the project's venv.
+created on first use, or in ``--peer-python``; the randomwalks cases' peer, trlX 0.7, runs in
+``bench/.venv-trlx`` from a checkout named by ``--trlx-src`` / ``RLKIT_TRLX_SRC`` (see
+``trlx_peer.py``). Run it from the project's venv.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ sys.path.insert(0, str(BENCH))
 
 from cases import Case, Side, select  # noqa: E402
 from peer import PeerError, ensure_peer  # noqa: E402
-from report import case_table, phase_table, summarize_case  # noqa: E402
+from trlx_peer import ensure_trlx, trlx_source  # noqa: E402
+from report import case_table, extra_table, phase_table, summarize_case  # noqa: E402
 from stats import interleaved  # noqa: E402
 
 PROMPTS = BENCH / "data" / "imdb_prompts.json"
@@ -38,7 +42,8 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cases", default="ppo,generate,ilql,startup", help="comma-separated: ppo,generate,ilql,startup")
+    p.add_argument("--cases", default="ppo,generate,ilql,sft,walks-ppo,startup",
+                   help="comma-separated: ppo,generate,ilql,sft,walks-ppo,startup")
     p.add_argument("--repeats", type=int, default=3, help="runs per side, interleaved")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="default: float32 on cpu, bfloat16 on cuda")
@@ -48,7 +53,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ppo-epochs", type=int, default=4)
     p.add_argument("--batch", type=int, default=8, help="prompts per PPO step / generate call (at most 8 fixed prompts x k)")
     p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--ilql-steps", type=int, default=12, help="ILQL optimizer steps timed per run")
+    p.add_argument("--trlx-src", default=None, help="trlX checkout for ilql/sft/walks-ppo (default: $RLKIT_TRLX_SRC)")
+    p.add_argument("--trlx-python", default=None, help="interpreter with trlX's pins (default: create bench/.venv-trlx)")
+    p.add_argument("--walks-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override for both sides of the randomwalks cases (repeatable; value parsed as YAML)")
     p.add_argument("--rlkit-set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for rlkit's PPO and generate sides, as `rlkit run --set` (repeatable)")
     p.add_argument("--no-peer", action="store_true", help="rlkit's sides only (to measure an rlkit change quickly; no ratios)")
@@ -66,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError as exc:
         p.error(str(exc))
     if args.no_peer:
-        args.case_list = [dataclasses.replace(c, sides=tuple(s for s in c.sides if s.env != "peer")) for c in args.case_list]
+        args.case_list = [dataclasses.replace(c, sides=tuple(s for s in c.sides if s.env not in ("peer", "trlx"))) for c in args.case_list]
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     return args
 
@@ -91,6 +99,51 @@ def resolve_model(name: str, python: str, env: dict[str, str]) -> str:
         tail = (done.stderr.strip().splitlines() or ["not a folder"])[-1]
         raise SystemExit(f"bench: --model {name}: neither a folder nor a model source rlkit can materialize ({tail})")
     return folder
+
+
+WALKS_CASES = ("ilql", "sft", "walks-ppo")
+
+
+def parse_sets(sets: list[str]) -> dict[str, Any]:
+    """``["train.epochs=2"]`` -> ``{"train.epochs": 2}`` (values parsed as YAML, as ``rlkit run --set``)."""
+    import yaml
+
+    out = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"bench: --walks-set {item!r}: expected KEY=VALUE, e.g. train.epochs=2")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def walks_spec(args: argparse.Namespace, cases: list[str]) -> dict[str, Any]:
+    """What both sides of the randomwalks cases share: the trlX checkout, rlkit's randomwalks
+    vocabulary (the trlX worker rebuilds the same tokenizer from it) and the overrides."""
+    from rlkit_methods.data.tokenizers import RANDOMWALKS_EOS, RANDOMWALKS_PAD, randomwalks_vocab
+
+    sets = parse_sets(args.walks_set)
+    source = args.trlx_src or os.environ.get("RLKIT_TRLX_SRC")
+    return {"trlx_src": str(trlx_source(source)) if source else None, "vocab": randomwalks_vocab(),
+            "eos": RANDOMWALKS_EOS, "pad": RANDOMWALKS_PAD, "overrides": {case: dict(sets) for case in WALKS_CASES}}
+
+
+def prepare_sft_model(workdir: Path, env: dict[str, str], overrides: dict[str, Any]) -> str:
+    """The PPO cases' start (trlX's example loads CarperAI/randomwalks from the hub, which this
+    machine cannot reach): rlkit's SFT example, trained once here, exported as a plain HF folder
+    that both sides load."""
+    folder = workdir / "sft-start"
+    sets = [f"{k}={json.dumps(v)}" for k, v in {**overrides, "train.checkpoint_dir": str(folder), "train.eval_interval": 10**9}.items()]
+    argv = [*rlkit_cli(sys.executable), "run", str(BENCH.parent / "examples" / "randomwalks" / "sft_randomwalks.yml")]
+    for item in sets:
+        argv += ["--set", item]
+    print(f"bench: training the PPO start model (rlkit SFT example) into {folder}", file=sys.stderr)
+    with open(workdir / "sft-start.log", "w") as log:
+        done = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=BENCH.parent)
+    exports = sorted(folder.glob("**/hf_model"))
+    if done.returncode != 0 or not exports:
+        raise SystemExit(f"bench: the SFT start model failed (exit {done.returncode}); see {workdir / 'sft-start.log'}")
+    return str(exports[-1])
 
 
 def rlkit_cli(python: str) -> list[str]:
@@ -205,6 +258,14 @@ def main(argv: list[str] | None = None) -> int:
             pythons["peer"], peer_versions = ensure_peer(args.peer_python)
         except PeerError as exc:
             raise SystemExit(f"bench: {exc}")
+    walks_cases = [c.name for c in args.case_list if c.name in WALKS_CASES]
+    if any(s.env == "trlx" for c in args.case_list for s in c.sides):
+        try:
+            source = trlx_source(args.trlx_src)
+            pythons["trlx"], trlx_versions = ensure_trlx(args.trlx_python, source)
+        except PeerError as exc:
+            raise SystemExit(f"bench: {exc}")
+        peer_versions = {**(peer_versions or {}), "trlx_src": str(source), "trlx_venv": trlx_versions}
     needs_model = any(c.name in ("ppo", "generate") for c in args.case_list)
     prompts = json.loads(PROMPTS.read_text())["prompts"]
     spec = {
@@ -215,12 +276,15 @@ def main(argv: list[str] | None = None) -> int:
         "ppo": {"batch_size": args.batch, "new_tokens": args.new_tokens, "ppo_epochs": args.ppo_epochs,
                 "seq_length": 32 + args.new_tokens, "lr": 1e-5, "kl_coef": 0.05, "vf_coef": 0.1},
         "generate": {"calls": 3},
-        "ilql": {"config": str(BENCH.parent / "examples" / "randomwalks" / "ilql_randomwalks.yml"), "steps": args.ilql_steps},
+        "walks": walks_spec(args, walks_cases) if walks_cases else None,
     }
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     workdir = Path(args.results_dir) / stamp
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / "spec.json"
+    if "walks-ppo" in walks_cases:  # both PPO sides start from one SFT model, made once, untimed
+        start = prepare_sft_model(workdir, env, spec["walks"]["overrides"]["sft"])
+        spec["walks"]["overrides"]["walks-ppo"]["model.model_path"] = start
     spec_path.write_text(json.dumps(spec, indent=1))
     report: dict[str, Any] = {"machine": machine(args, peer_versions), "spec": spec, "command": sys.argv, "cases": {}}
     failed = False
@@ -234,13 +298,20 @@ def main(argv: list[str] | None = None) -> int:
         for rep, name in interleaved(list(by_name), args.repeats):
             runs[name].append(run_side(case, by_name[name], rep, args, pythons, spec_path, workdir, env))
         sides = summarize_case(case, runs)
+        if case.name in WALKS_CASES:
+            from walks import same_task
+
+            differ = same_task([r["result"] for rs in runs.values() for r in rs if r.get("error") is None])
+            if differ:
+                failed = True
+                print(f"bench: {case.name}: the sides trained on different tasks ({', '.join(differ)} differ)", file=sys.stderr)
         failed |= any(entry["failed"] for entry in sides.values())
         report["cases"][case.name] = {"title": case.title, "metric": case.metric, "unit": case.unit, "note": case.note,
                                       "summary": sides, "runs": runs}
         print("\n" + case_table(case, sides))
-        phases = phase_table(case, runs)
-        if phases:
-            print("\n" + phases)
+        for table in (phase_table(case, runs), extra_table(case, runs)):
+            if table:
+                print("\n" + table)
         sys.stdout.flush()
     report["machine"]["load_avg_end"] = os.getloadavg()[0]
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ def test_sides_are_interleaved_per_repetition():
 
 def test_case_selection_keeps_order_and_names_the_choices():
     assert [c.name for c in select("startup, ppo")] == ["startup", "ppo"]
-    with pytest.raises(ValueError, match="unknown case pp0; choose from ppo,generate,ilql,startup"):
+    with pytest.raises(ValueError, match="unknown case pp0; choose from ppo,generate,ilql,sft,walks-ppo,startup"):
         select("ppo,pp0")
     for case in CASES.values():  # every case compares against at most one peer
         assert sum(s.reference for s in case.sides) <= 1
@@ -196,3 +196,109 @@ def test_code_state_names_the_commit_and_the_changed_core_files():
     state = run.code_state()
     assert state["commit"] and len(state["commit"]) >= 7
     assert all(path.startswith(("rlkit_core/", "plugins/")) for path in state["uncommitted"]), state
+
+
+def test_no_peer_drops_the_trlx_sides_too():
+    cases = run.parse_args(["--cases", "ilql,sft,walks-ppo", "--no-peer"]).case_list
+    assert [[s.env for s in c.sides] for c in cases] == [["rlkit"], ["rlkit"], ["rlkit"]]
+
+
+def test_trlx_requirements_keep_every_pin_but_the_replaced_ones():
+    from trlx_peer import trlx_requirements
+
+    text = "--extra-index-url https://x/cu118\naccelerate==0.22.0\ntorch==2.0.1+cu118\ntriton==2.0.0\n" \
+           "transformers==4.32.0\ntorchtyping==0.1.4\ndeepspeed==0.10.1\ntyping_extensions==4.7.1\n# note\nray==2.6.3\n"
+    pins = trlx_requirements(text)
+    assert pins[0] == "torch==2.13.0"  # on the same pip line as everything else
+    assert {"accelerate==0.22.0", "transformers==4.32.0", "ray==2.6.3", "torchtyping==0.1.5"} <= set(pins)
+    assert not any(p.startswith(("triton", "deepspeed", "typing_extensions", "torch==2.0", "--")) for p in pins)
+
+
+def test_trlx_source_must_be_a_checkout(tmp_path, monkeypatch):
+    from trlx_peer import trlx_source
+
+    monkeypatch.delenv("RLKIT_TRLX_SRC", raising=False)
+    with pytest.raises(PeerError, match="need a trlX checkout: git clone"):
+        trlx_source(None)
+    with pytest.raises(PeerError, match="not a trlX checkout"):
+        trlx_source(str(tmp_path))
+    (tmp_path / "trlx").mkdir()
+    (tmp_path / "trlx" / "trlx.py").write_text("")
+    (tmp_path / "examples" / "randomwalks").mkdir(parents=True)
+    (tmp_path / "examples" / "randomwalks" / "randomwalks.py").write_text("")
+    monkeypatch.setenv("RLKIT_TRLX_SRC", str(tmp_path))
+    assert trlx_source(None) == tmp_path.resolve()
+
+
+def test_the_trlx_config_is_the_example_yaml_less_rlkit_only_keys():
+    import walks
+
+    raw = walks.apply_overrides(walks.example_config("ilql"), {"train.epochs": 2})
+    fields = {"train": {"seq_length", "batch_size", "epochs", "total_steps", "eval_interval", "tracker", "pipeline",
+                        "checkpoint_interval", "trainer", "checkpoint_dir"},
+              "model": {"model_path", "num_layers_unfrozen"}, "tokenizer": {"tokenizer_path", "truncation_side"},
+              "optimizer": {"name", "kwargs"}, "scheduler": {"name", "kwargs"},
+              "method": {"name", "tau", "gamma", "cql_scale", "awac_scale", "alpha", "beta", "steps_for_target_q_sync",
+                         "two_qs", "gen_kwargs"}}
+    out, dropped = walks.trlx_config(raw, fields, "/tmp/tok")
+    assert dropped == ["data", "metric", "train.save_best"]
+    assert out["train"]["epochs"] == 2 and out["train"]["tracker"] is None and out["train"]["pipeline"] == "PromptPipeline"
+    assert out["tokenizer"]["tokenizer_path"] == "/tmp/tok" and out["method"] == raw["method"]
+    # trlX's example settings (examples/randomwalks/ilql_randomwalks.py)
+    assert out["method"]["gen_kwargs"] == {"max_new_tokens": 9, "top_k": 10, "beta": [0, 1, 100], "temperature": 1.0}
+    assert (out["train"]["eval_interval"], out["model"]["model_path"]["vocab_size"]) == (16, 23)
+    with pytest.raises(KeyError, match="no section 'trian'"):
+        walks.apply_overrides(raw, {"trian.epochs": 1})
+
+
+def test_post_training_figures_and_the_task_check():
+    import walks
+
+    assert len(walks.post_training_prompts(list("bcdefghijklmnopqrstu"))) == 1000
+    stats = {"metrics/optimality@beta=1": 0.5, "metrics/lengths@beta=1": 4.0, "reward/mean": 1.0}
+    assert walks.optimality_figures(stats) == {"optimality@beta=1": 0.5}
+    same = {"walks": "a", "eval_prompts": "b", "token_ids": "c", "vocab_size": 23}
+    assert walks.same_task([same, dict(same)]) == []
+    assert walks.same_task([same, {**same, "token_ids": "d"}]) == ["token_ids"]
+
+
+def test_the_eval_clock_times_instance_and_class_calls_and_result_splits_them():
+    import walks
+
+    clock = walks.EvalClock()
+
+    class Trainer:
+        def evaluate(self):
+            return {"x": 1}
+
+    t = Trainer()
+    clock.wrap_instance(t)
+    assert t.evaluate() == {"x": 1} and clock.calls == 1
+    clock.wrap_class(Trainer)
+    assert Trainer().evaluate() == {"x": 1} and clock.calls == 2
+    clock.wall, clock.cpu = 2.0, 1.0
+    res = walks.result(10.0, 6.0, clock, steps=10, batch_size=100, figures={"optimality": 0.5})
+    assert (res["train_wall_s"], res["train_cpu_s"], res["eval_share"]) == (8.0, 5.0, 0.2)
+    assert res["samples_per_s"] == 200.0 and res["post/optimality"] == 0.5
+
+
+def test_the_trlx_worker_rebuilds_rlkits_randomwalks_tokenizer(tmp_path):
+    from rlkit_methods.data.tokenizers import RANDOMWALKS_EOS, RANDOMWALKS_PAD, randomwalks_tokenizer, randomwalks_vocab
+    from rlkit_methods.rewards.randomwalks import random_walks
+    from transformers import AutoTokenizer
+
+    import walks_trlx  # noqa: F401  (imports only bench modules at load time)
+
+    folder = walks_trlx.build_tokenizer(randomwalks_vocab(), RANDOMWALKS_EOS, RANDOMWALKS_PAD, str(tmp_path / "tok"))
+    theirs, ours = AutoTokenizer.from_pretrained(folder), randomwalks_tokenizer()
+    texts = [w + RANDOMWALKS_EOS for w in random_walks(seed=1000).walks[:100]]
+    assert theirs(texts, add_special_tokens=False).input_ids == ours(texts, add_special_tokens=False).input_ids
+    assert (len(theirs), theirs.eos_token_id, theirs.pad_token_id) == (23, ours.eos_token_id, ours.pad_token_id)
+
+
+def test_extra_table_shows_the_case_figures():
+    case = CASES["ilql"]
+    runs = {"trlX 0.7 ILQL": [{"error": None, "metric": 1, "peak_rss_bytes": 1, "result": {"wall_s": 60.0, "post/optimality@beta=1": 0.5}}],
+            "rlkit ILQL": [{"error": None, "metric": 1, "peak_rss_bytes": 1, "result": {"wall_s": 30.0}}]}
+    text = report.extra_table(case, runs)
+    assert "| wall_s " in text and "60.0" in text and "30.0" in text and "0.500" in text and "| -" in text

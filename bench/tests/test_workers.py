@@ -29,7 +29,8 @@ def tiny_model(tmp_path_factory):
 def test_rlkit_sides_run_and_report_their_phases(tiny_model, tmp_path):
     out = tmp_path / "bench.json"
     code = run.main(["--cases", "ppo,generate,ilql", "--no-peer", "--repeats", "1", "--model", str(tiny_model),
-                     "--batch", "2", "--new-tokens", "4", "--ppo-epochs", "2", "--ilql-steps", "2",
+                     "--batch", "2", "--new-tokens", "4", "--ppo-epochs", "2",
+                     "--walks-set", "train.epochs=1", "--walks-set", "train.total_steps=2",
                      "--json", str(out), "--results-dir", str(tmp_path / "runs")])
     report = json.loads(out.read_text())
     errors = {side: r["error"] for case in report["cases"].values() for side, runs in case["runs"].items() for r in runs if r["error"]}
@@ -46,7 +47,8 @@ def test_rlkit_sides_run_and_report_their_phases(tiny_model, tmp_path):
     generate = report["cases"]["generate"]["runs"]["rlkit rollout generate"][0]["result"]
     assert generate["new_tokens"] == 4 and generate["prompt_shape"][0] == 2 and generate["tokens_per_s"] > 0
     ilql = report["cases"]["ilql"]["runs"]["rlkit ILQL"][0]["result"]
-    assert ilql["steps"] == 2 and ilql["samples_per_s"] > 0
+    assert ilql["steps"] == 2 and ilql["samples_per_s"] > 0 and ilql["vocab_size"] == 23
+    assert ilql["evaluations"] >= 1 and 0 <= ilql["post/optimality@beta=1"] <= 1
     assert report["spec"]["model"] == str(tiny_model)
 
 

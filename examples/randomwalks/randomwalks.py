@@ -5,10 +5,11 @@
     python examples/randomwalks/randomwalks.py ppo   # starts from the SFT checkpoint
     python examples/randomwalks/randomwalks.py ilql --arch t5   # a tiny T5 (sft, ilql, ppo)
 
-Each loads the YAML beside this file (``{method}_t5_randomwalks.yml`` for ``--arch t5``); ILQL
-also gets the graph as a logit mask, so that Q-guided sampling only takes edges that exist
-(trlX's example does the same). For an encoder-decoder model each walk is a
-``[start letter, rest]`` pair: the start is the encoder's prompt, as in evaluation.
+Each loads the YAML beside this file (``{method}_t5_randomwalks.yml`` for ``--arch t5``) and
+trains on trlX's sample format: each walk a ``[start letter, rest]`` pair (the start is the
+prompt, as in evaluation), evaluated on the 20 start letters. ``ilql --logit-mask`` also passes
+the graph as a logit mask, so that Q-guided sampling only takes edges that exist (trlX's
+example does not pass it).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import ByT5Tokenizer
 
 import rlkit_core as rlkit
+from rlkit_methods.data.tokenizers import load_tokenizer
 from rlkit_methods.rewards.randomwalks import random_walks
 
 HERE = Path(__file__).parent
@@ -44,21 +45,20 @@ def main() -> None:
     parser.add_argument("method", choices=["sft", "ilql", "ppo"])
     parser.add_argument("--set", dest="sets", action="append", default=[], help="config override k=v")
     parser.add_argument("--arch", choices=["gpt2", "t5"], default="gpt2", help="the example's model")
+    parser.add_argument("--logit-mask", action="store_true", help="ilql: forbid moves along edges the graph lacks")
     parser.add_argument("--greedy-eval", action="store_true", help="after training, evaluate once more with greedy decoding")
     args = parser.parse_args()
     infix = "_t5" if args.arch == "t5" else ""
     config = rlkit.load_config(HERE / f"{args.method}{infix}_randomwalks.yml", args.sets)
     task = random_walks(seed=1000)
-    walks = task.walks
-    if config.model.model_arch_type == "seq2seq":
-        walks = [[walk[:1], walk[1:]] for walk in walks]  # the start is the prompt, as in evaluation
-    eval_prompts = task.eval_prompts * 50  # 50 samples per start letter, as trlX evaluates
+    walks = [[walk[:1], walk[1:]] for walk in task.walks]  # trlX's format: the start is the prompt, as in evaluation
+    eval_prompts = task.eval_prompts  # the 20 start letters, as trlX evaluates
     start = time.time()
     if args.method == "sft":
         trainer = rlkit.train(samples=walks, eval_prompts=eval_prompts, metric_fn=task.metric, config=config)
     elif args.method == "ilql":
         rewards = [task.optimality(walk) for walk in task.walks]  # the same order as ``walks``
-        mask = token_logit_mask(task, ByT5Tokenizer())
+        mask = token_logit_mask(task, load_tokenizer(config.tokenizer)) if args.logit_mask else None
         trainer = rlkit.train(samples=walks, rewards=rewards, eval_prompts=eval_prompts, metric_fn=task.metric,
                               config=config, logit_mask=mask)
     else:

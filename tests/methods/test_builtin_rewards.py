@@ -74,12 +74,12 @@ def test_optimality_formula_for_a_longer_walk():
 
 
 def test_walk_sources_carry_rewards_and_contracts_hold():
-    items = randomwalks_walks(seed=1000, n_walks=20)
+    items = randomwalks_walks(seed=1000, n_walks=20, split_prompt=False)
     assert all(set(i) == {"sample", "reward"} for i in items)
     walks = [i["sample"] for i in items]
     check_reward_fn(randomwalks_reward(seed=1000, n_walks=20), walks, ["b"] * 20, walks)
     check_metric_fn(randomwalks_metric(seed=1000, n_walks=20), walks, ["b"] * 20, walks)
-    assert randomwalks_walks(seed=1000, n_walks=3, with_rewards=False) == SEED_1000_FIRST_WALKS[:3]
+    assert randomwalks_walks(seed=1000, n_walks=3, with_rewards=False, split_prompt=False) == SEED_1000_FIRST_WALKS[:3]
     mask = random_walks(seed=1000).logit_mask
     assert mask.shape == (21, 21) and not mask[0, 0] and bool(mask[1, 1])
 

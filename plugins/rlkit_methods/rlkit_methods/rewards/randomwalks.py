@@ -147,11 +147,14 @@ def randomwalks_prompts(repeat: int = 1, **settings: Any) -> list[str]:
     return random_walks(**settings).eval_prompts * repeat
 
 
-def randomwalks_walks(with_rewards: bool = True, split_prompt: bool = False, **settings: Any) -> list[Any]:
+def randomwalks_walks(with_rewards: bool = True, split_prompt: bool = True, **settings: Any) -> list[Any]:
     """Source: the generated walks, each ``{"sample", "reward"}`` (ILQL) or bare (SFT).
 
-    ``split_prompt``: each walk as ``[start letter, rest]``, the prompt and output that a
-    seq2seq model's encoder and decoder read (the reward stays the whole walk's)."""
+    ``split_prompt`` (default, trlX's example format): each walk as ``[start letter, rest]``,
+    a prompt and an output; the pipeline appends EOS to the output, so a sample is
+    ``[start, rest + EOS]`` and the loss covers the moves and the stop, not the given start
+    (the reward stays the whole walk's). ``split_prompt: false``: the whole walk as one
+    string, which the pipeline tokenizes as ``[BOS, walk + EOS]`` (rlkit's earlier default)."""
     task = random_walks(**settings)
     samples = [[w[:1], w[1:]] for w in task.walks] if split_prompt else list(task.walks)
     if not with_rewards:

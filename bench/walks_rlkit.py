@@ -1,0 +1,64 @@
+"""Bench worker, rlkit side of the randomwalks cases: the example YAML through ``rlkit run``'s
+path (``train_from_config``), evaluation timed apart, then 1000 post-training samples.
+
+    python bench/walks_rlkit.py --spec spec.json --out result.json --variant ilql|sft|walks-ppo
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+import time
+
+from harness import read_spec, setup_torch, worker_args, write_result
+from walks import EvalClock, METHODS, fingerprint, optimality_figures, post_training_prompts, result
+
+
+def main() -> None:
+    args = worker_args(__doc__.splitlines()[0])
+    spec = read_spec(args.spec)
+    case = args.variant
+    if case not in METHODS:
+        raise SystemExit(f"walks_rlkit: --variant must be one of {', '.join(METHODS)}, got {case!r}")
+    torch, _, _ = setup_torch(spec)
+
+    from rlkit_core import hookimpl, load_config
+    from rlkit_core.api import max_prompt_length
+    from rlkit_core.run import train_from_config
+    from rlkit_methods.rewards.randomwalks import random_walks
+
+    overrides = {**spec["walks"]["overrides"].get(case, {}), "train.checkpoint_dir": tempfile.mkdtemp(prefix="rlkit-bench-walks-")}
+    config = load_config(METHODS_PATH(case), overrides)
+    clock = EvalClock()
+
+    class TimeEvaluation:
+        @hookimpl
+        def rlkit_train_start(self, trainer, config, is_main_process):
+            clock.wrap_instance(trainer)  # the loop calls self.evaluate(): the instance attribute wins
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    trainer = train_from_config(config, plugins=[TimeEvaluation()])
+    train_wall, train_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    during_training = copy.copy(clock)
+
+    task = random_walks(seed=config.train.seed)
+    pipeline = trainer.eval_pipeline
+    prompts = post_training_prompts(task.eval_prompts)
+    trainer.add_eval_pipeline(type(pipeline)(prompts, max_prompt_length(config), trainer.tokenizer, add_special_tokens=False))
+    figures = optimality_figures(trainer.evaluate())  # not part of the run's figures
+    tokens = trainer.tokenizer(task.walks[:50], add_special_tokens=False).input_ids
+    write_result(args.out, result(
+        train_wall, train_cpu, during_training, trainer.iter_count, config.train.batch_size, figures,
+        walks=fingerprint(task.walks), eval_prompts=fingerprint(task.eval_prompts), token_ids=fingerprint(tokens),
+        vocab_size=len(trainer.tokenizer), torch=torch.__version__,
+    ))
+
+
+def METHODS_PATH(case: str) -> str:
+    from walks import EXAMPLES
+
+    return str(EXAMPLES / METHODS[case])
+
+
+if __name__ == "__main__":
+    main()
