@@ -106,7 +106,8 @@ def summary(run_dir: str | Path) -> dict[str, Any]:
     if len(records) >= 2:  # from the start of the first logged phase to the last record
         first = records[0]
         out["wall"] = records[-1]["time"] - first["time"] + sum(float(first.get(k, 0.0)) for k in PHASES.values())
-    ppo_epochs = (run_config(logs.parent).get("method") or {}).get("ppo_epochs")
+    out["config"] = run_config(run_folder(logs))
+    ppo_epochs = (out["config"].get("method") or {}).get("ppo_epochs")
     out["rates"] = _rates(records, ppo_epochs if isinstance(ppo_epochs, int) else None)
     samples_path = logs / SAMPLES_FILE
     out["samples"] = read_metrics(logs, SAMPLES_FILE) if samples_path.is_file() else []
@@ -163,61 +164,113 @@ def _answer(row: dict[str, Any]) -> str:
     return escape(f"{row.get('output', '')}{scored}")  # "[nan]" or a model's "[b]" are text, not markup
 
 
+# (title, record kind, keys, y label): the panels a run may have; a panel none of whose keys
+# was logged is left out. Each panel holds one quantity on one scale.
+PANELS = [
+    ("rollout score", "rollout", ["rollout_scores/mean"], "mean score of the rollouts"),
+    ("KL to the reference", "rollout", ["policy/sqrt_kl"], "sqrt(KL)"),
+    ("losses", "train", ["losses/total_loss", "losses/policy_loss", "losses/value_loss", "losses/loss", "loss"], "loss"),
+]
+TWINS = {"policy/sqrt_kl": ("kl_ctl_value", "KL coefficient")}  # its own axis, on the right
+
+
+def run_folder(logs: Path) -> Path:
+    """Where a run's report goes: the checkpoint_dir of the default ``<checkpoint_dir>/logs``,
+    else ``train.logging_dir`` itself."""
+    return logs.parent if logs.name == "logs" else logs
+
+
+def run_name(info: dict[str, Any]) -> str:
+    """``train.run_name`` when the run set one, else its folder's name."""
+    name = ((info.get("config") or {}).get("train") or {}).get("run_name")
+    return str(name) if name else run_folder(info["logs"]).resolve().name
+
+
+def eval_panels(scores: list[str]) -> list[tuple[str, str, list[str], str]]:
+    """One panel per eval score; the values of a swept setting (``@beta=0``, ``@beta=1``) share it."""
+    groups: dict[str, list[str]] = {}
+    for key in scores:
+        groups.setdefault(SWEPT.sub("", key), []).append(key)
+    return [(f"eval {name.split('/')[-1] if name.startswith('metrics/') else 'reward'}", "eval", keys, name)
+            for name, keys in groups.items()]
+
+
+def _series(records: list[dict[str, Any]], kind: str, key: str) -> tuple[list[tuple[int, float]], int]:
+    """(step, value) of ``key`` in records of ``kind`` that a plot can show, and how many it
+    cannot: nan, inf, and values so large that matplotlib's axis arithmetic overflows (1e308)."""
+    values = [(r["step"], r[key]) for r in records if r["kind"] == kind and _is_number(r.get(key))]
+    points = [(step, v) for step, v in values if math.isfinite(v) and abs(v) <= DRAWABLE]
+    return points, len(values) - len(points)
+
+
+def _draw(ax, records, kind: str, keys: list[str], color_offset: int = 0) -> None:
+    for i, key in enumerate(keys):
+        points, skipped = _series(records, kind, key)
+        label = f"{key} ({skipped} nan/inf/huge not drawn)" if skipped else key
+        if points or skipped:
+            ax.plot(*(zip(*points) if points else ([], [])), marker="o" if kind != "train" else None, markersize=3,
+                    label=label, color=f"C{i + color_offset}")
+
+
 def plot(info: dict[str, Any], path: str | Path) -> Path:
-    """reward, KL and losses over steps, one panel each, as a PNG."""
+    """Write :func:`figure` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(info)
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def figure(info: dict[str, Any]):
+    """The run over optimizer steps: eval scores, rollout score, KL (with the KL coefficient
+    on its own axis) and losses, one labelled panel per quantity, titled with the run."""
     import matplotlib
 
     matplotlib.use("Agg")  # no screen needed
     import matplotlib.pyplot as plt
 
     records = read_metrics(info["logs"])
-    scores = list(info.get("scores", {}))
-    panels = [
-        ("eval " + ("reward" if scores and scores[0].startswith("reward") else "metric"), "eval", scores),
-        ("rollout score", "rollout", ["rollout_scores/mean"]),
-        ("KL to the reference (sqrt)", "rollout", ["policy/sqrt_kl"]),
-        ("losses", "train", ["losses/total_loss", "losses/policy_loss", "losses/value_loss", "losses/loss", "loss"]),
-    ]
-    figure, axes = plt.subplots(2, 2, figsize=(10, 7))
-    for ax, (title, kind, keys) in zip(axes.flat, panels):
-        drawn = False
-        for key in keys:
-            values = [(r["step"], r[key]) for r in records if r["kind"] == kind and _is_number(r.get(key))]
-            points = [(step, v) for step, v in values if math.isfinite(v) and abs(v) <= DRAWABLE]
-            skipped = len(values) - len(points)
-            label = f"{key} ({skipped} nan/inf/huge not drawn)" if skipped else key
-            if points:
-                ax.plot(*zip(*points), marker="o" if kind != "train" else None, markersize=3, label=label)
-                drawn = True
-            elif skipped:
-                ax.plot([], [], label=label)
-                drawn = True
+    panels = [panel for panel in eval_panels(list(info.get("scores", {}))) + PANELS
+              if any(_series(records, panel[1], key) != ([], 0) for key in panel[2])]
+    rows = max(1, math.ceil(len(panels) / 2))
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 3.6 * rows), squeeze=False)
+    for ax, (title, kind, keys, ylabel) in zip(axes.flat, panels):
+        _draw(ax, records, kind, keys)
+        handles, labels = ax.get_legend_handles_labels()
+        twin = TWINS.get(keys[0])
+        if twin and any(_series(records, kind, twin[0])[0]):
+            right = ax.twinx()
+            _draw(right, records, kind, [twin[0]], color_offset=len(keys))
+            right.set_ylabel(twin[1])
+            more = right.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
         ax.set_title(title)
-        ax.set_xlabel("step")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        if drawn:
-            ax.legend(fontsize=8)
-        else:
-            ax.text(0.5, 0.5, "not logged by this method", ha="center", va="center", transform=ax.transAxes)
-    figure.suptitle(_title(info))
-    figure.tight_layout()
-    path = Path(path)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+        ax.legend(handles, labels, fontsize=8)
+    for ax in list(axes.flat)[len(panels):]:
+        fig.delaxes(ax)  # an odd number of panels leaves one cell empty: no empty frame
+    if not panels:
+        fig.text(0.5, 0.5, "nothing logged yet", ha="center", va="center")
+    fig.suptitle(_title(info))
+    fig.tight_layout()
+    return fig
 
 
 def _title(info: dict[str, Any]) -> str:
     if "score" not in info:
-        return f"{info['logs'].parent.name}: {info['steps']} steps"
-    return f"{info['logs'].parent.name}: {info['score']} {_fmt(info['before'], '.3f')} -> {_fmt(info['after'], '.3f')} in {info['steps']} steps"
+        return f"{run_name(info)}: {info['steps']} steps"
+    return f"{run_name(info)}: {info['score']} {_fmt(info['before'], '.3f')} -> {_fmt(info['after'], '.3f')} in {info['steps']} steps"
 
 
 def report(run_dir: str | Path, console: Console | None = None) -> dict[str, Any]:
-    """Print the report of a run and write ``report.png`` beside its logs."""
+    """Print the report of a run and write ``report.png`` into its folder (:func:`run_folder`)."""
     info = summary(run_dir)
     try:
-        info["plot"] = plot(info, info["logs"].parent / "report.png")
+        info["plot"] = plot(info, run_folder(info["logs"]) / "report.png")
     except (ValueError, OverflowError, OSError) as exc:  # the text report matters more than the picture
         info["plot"] = f"not drawn ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
     print_report(info, console)
