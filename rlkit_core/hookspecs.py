@@ -81,6 +81,25 @@ def rlkit_register_commands(app):
 
 
 # -----------------------------------------------------------------------------------------
+# Config checks
+# -----------------------------------------------------------------------------------------
+
+
+@hookspec
+def rlkit_check_config(config):
+    """Find what a run of ``config`` would refuse, before any model is loaded.
+
+    :param config: the validated :class:`rlkit_core.TRLConfig`.
+    :return: a list of problems, one line each, starting with the dotted path of the key
+        (``method.gen_kwargs.top_kk: not a generation setting; did you mean top_k?``);
+        an empty list when there is nothing to say.
+
+    Called by ``rlkit config validate`` and by ``rlkit run`` before training, once per
+    plugin (:func:`rlkit_core.preflight.check_config`). Import heavy libraries inside.
+    """
+
+
+# -----------------------------------------------------------------------------------------
 # Lifecycle hooks (observers; called on every process)
 # -----------------------------------------------------------------------------------------
 

@@ -71,6 +71,21 @@ def _load(config: Path, sets: Optional[List[str]], plugin_files: Optional[List[P
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_smollm2.yml"
 
 
+def _preflight(resolved):
+    """What the run would refuse before loading a model (:mod:`rlkit_core.preflight`), and warnings."""
+    from rlkit_core.errors import ConfigError
+    from rlkit_core.plugins import get_host
+    from rlkit_core.preflight import check_config, warnings_for
+
+    host = get_host()
+    problems = check_config(resolved, host.registry, host.hook)
+    if problems:
+        raise ConfigError(problems)
+    for line in warnings_for(resolved):
+        err_console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    return resolved
+
+
 @app.command()
 def run(
     config: Optional[Path] = typer.Argument(
@@ -87,7 +102,7 @@ def run(
         if not DEFAULT_CONFIG.is_file():
             raise ConfigError(f"no CONFIG given and the main job's config {DEFAULT_CONFIG} is missing; reinstall rlkit-core or pass a config file")
         config = DEFAULT_CONFIG
-    train_from_config(_load(config, set_, plugin))
+    train_from_config(_preflight(_load(config, set_, plugin)))
 
 
 @app.command()
@@ -159,6 +174,7 @@ def config_validate(
 
     resolved = _load(config, set_, plugin)
     check_names(resolved, get_host().registry)
+    _preflight(resolved)
     err_console.print(f"[green]ok[/]: {config} (method {resolved.method.name}, trainer {resolved.train.trainer})", highlight=False)
 
 

@@ -63,6 +63,27 @@ class ModelConfig:
     num_layers_unfrozen: int = attrs.field(default=-1, validator=at_least(-1))
     peft_config: Any = None
     model_extra_configs: dict[str, Any] = attrs.Factory(dict)
+    # rlkit: running code shipped with a model is said here, at the top of the section, never
+    # switched on from inside model_extra_configs alone
+    trust_remote_code: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if attrs.validators.get_disabled():  # while structuring: checked after, with the path
+            return
+        if remote_code_asked(self.model_extra_configs) and not self.trust_remote_code:
+            raise ValueError(
+                "model_extra_configs: trust_remote_code: true runs Python code shipped with the model; "
+                "allow it explicitly with model.trust_remote_code: true"
+            )
+
+
+def remote_code_asked(extra: Any) -> bool:
+    return isinstance(extra, dict) and bool(extra.get("trust_remote_code"))
+
+
+def chat_template_value(instance, attribute, value) -> None:
+    if value is not None and not isinstance(value, (bool, str)):
+        raise ValueError(f"{attribute.name}: must be true, false, null or a Jinja template string, got {value!r}")
 
 
 @attrs.define
@@ -71,6 +92,9 @@ class TokenizerConfig:
     padding_side: str = attrs.field(default="left", validator=one_of("left", "right"))
     truncation_side: str = attrs.field(default="right", validator=one_of("left", "right"))
     tokenizer_extra_configs: dict[str, Any] = attrs.Factory(dict)
+    # rlkit: wrap each prompt as a user turn of the tokenizer's chat template (true), or of this
+    # Jinja template (a string), ending with the assistant's turn; for instruct models
+    chat_template: Any = attrs.field(default=None, validator=chat_template_value)
 
 
 @attrs.define

@@ -20,6 +20,7 @@ from rlkit_core.config.schema import (
     SchedulerConfig,
     TokenizerConfig,
     TrainConfig,
+    remote_code_asked,
 )
 from rlkit_core.errors import ConfigError
 
@@ -49,6 +50,15 @@ class TRLConfig:
     data: DataConfig = attrs.Factory(DataConfig)
     reward: Optional[ComponentConfig] = None
     metric: Optional[ComponentConfig] = None
+
+    def __attrs_post_init__(self) -> None:
+        if attrs.validators.get_disabled():  # while structuring: checked after, with the path
+            return
+        if remote_code_asked(self.tokenizer.tokenizer_extra_configs) and not self.model.trust_remote_code:
+            raise ValueError(
+                "tokenizer: tokenizer_extra_configs.trust_remote_code: true runs Python code shipped with the "
+                "tokenizer; allow it explicitly with model.trust_remote_code: true"
+            )
 
     # reading -----------------------------------------------------------------------------
 

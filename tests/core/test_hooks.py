@@ -99,6 +99,27 @@ def test_hook_rlkit_register_commands(rlkit_bare_host, register_plugin, capsys):
         app.registered_commands[:] = [c for c in app.registered_commands if c.name != "hello-plugin"]
 
 
+# --- config checks -------------------------------------------------------------------------
+
+
+def test_hook_rlkit_check_config(fake_host, register_plugin, capsys, tmp_path):
+    import yaml
+
+    from rlkit_core.cli import main
+
+    class Checker:
+        @hookimpl
+        def rlkit_check_config(self, config):
+            return [f"train.seed: {config.train.seed} is unlucky"] if config.train.seed == 13 else []
+
+    register_plugin(Checker())
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(config_dict(reward="constant")))
+    assert main(["config", "validate", str(path)]) == 0
+    assert main(["config", "validate", str(path), "--set", "train.seed=13"]) == 2
+    assert "error: train.seed: 13 is unlucky" in capsys.readouterr().err
+
+
 # --- lifecycle hooks -----------------------------------------------------------------------
 
 
@@ -166,7 +187,7 @@ def test_every_hook_has_a_test_of_its_own():
     tests = set(re.findall(r"def (test_hook_\w+)\(", Path(__file__).read_text()))
     missing = [name for name, _ in hook_specs() if f"test_hook_{name}" not in tests]
     assert not missing, f"hooks without a test_hook_<name>: {missing}"
-    assert len(hook_specs()) == 11
+    assert len(hook_specs()) == 12
 
 
 def test_every_hook_is_documented_with_its_exact_signature():

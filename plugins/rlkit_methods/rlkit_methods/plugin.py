@@ -93,3 +93,11 @@ def rlkit_train_end(trainer, error, is_main_process):
     from rlkit_methods.loop.report import report
 
     report(trainer.logging_dir)
+
+
+@hookimpl
+def rlkit_check_config(config):
+    """gen_kwargs, optimizer.kwargs and scheduler.kwargs, before a model is loaded."""
+    from rlkit_methods.checks import check_config
+
+    return check_config(config)

@@ -1,0 +1,110 @@
+"""What a run would refuse, found before a model is loaded: ``rlkit config validate`` runs it,
+and ``rlkit run`` runs it before training.
+
+The schema (:mod:`rlkit_core.config`) checks each value alone; this checks what needs more:
+generation lengths against ``seq_length``, sizes with no meaning, the trainer against the
+method, the tracker's package. Plugins add their own checks through the hook
+``rlkit_check_config``: rlkit-methods checks the keys of an inline ``model.model_path``
+mapping against transformers' config class of its ``model_type``, ``gen_kwargs``, and
+``optimizer.kwargs``/``scheduler.kwargs`` against the class's signature.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from rlkit_core.config import TRLConfig
+from rlkit_core.errors import ConfigError, PluginError, RlkitError
+
+# A step of more than 2**20 sequences per process fits no accelerator, and index lists that
+# size are what made a huge batch_size hang with growing memory; 2**31 tokens in one forward
+# pass overflow the int32 indexing of many kernels (and 8 GiB per float of hidden size).
+MAX_SEQUENCES_PER_STEP = 2**20
+MAX_TOKENS_PER_FORWARD = 2**31
+
+
+def check_config(config: TRLConfig, registry: Any, hook: Any = None) -> list[str]:
+    """Every problem as one line ``<dotted.path>: <problem>``; [] when a run would start."""
+    errors = []
+    errors += generation_lengths(config)
+    errors += sizes(config)
+    errors += trainer_matches_method(config, registry)
+    errors += tracker_installed(config.train.tracker)
+    if hook is not None:
+        for impl in hook.rlkit_check_config.get_hookimpls():
+            lines = impl.function(*[{"config": config}[name] for name in impl.argnames])
+            if lines is None:
+                continue
+            if not isinstance(lines, (list, tuple)) or not all(isinstance(line, str) for line in lines):
+                raise PluginError(f"plugin {impl.plugin_name!r}: rlkit_check_config must return a list of strings, "
+                                  f"got {type(lines).__name__}")
+            errors += list(lines)
+    return errors
+
+
+def warnings_for(config: TRLConfig) -> list[str]:
+    """Things a run will do that a user should know about, one line each."""
+    if config.model.trust_remote_code:
+        return [f"model.trust_remote_code: true runs Python code shipped with {config.model.model_path!r}; "
+                f"use it only with a model and tokenizer you trust"]
+    return []
+
+
+def generation_lengths(config: TRLConfig) -> list[str]:
+    """``max_new_tokens`` > 0 in every generation setting, and room left for a prompt."""
+    errors, longest = [], 0
+    for section in ("gen_kwargs", "gen_experience_kwargs"):
+        kwargs = getattr(config.method, section, None) or {}
+        values = kwargs.get("max_new_tokens")
+        for value in values if isinstance(values, list) else [values]:
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                errors.append(f"method.{section}.max_new_tokens: must be a whole number > 0, got {value!r}")
+            else:
+                longest = max(longest, value)
+    if longest and config.train.seq_length <= longest:
+        errors.append(
+            f"train.seq_length: {config.train.seq_length} leaves no room for prompts after max_new_tokens={longest}; "
+            f"raise seq_length or lower max_new_tokens"
+        )
+    return errors
+
+
+def sizes(config: TRLConfig) -> list[str]:
+    train, errors = config.train, []
+    if train.batch_size > MAX_SEQUENCES_PER_STEP:
+        errors.append(f"train.batch_size: {train.batch_size} sequences per step and process fit no device "
+                      f"(at most {MAX_SEQUENCES_PER_STEP}); lower it")
+    per_forward = (train.minibatch_size or train.batch_size) * train.seq_length
+    if per_forward > MAX_TOKENS_PER_FORWARD and not errors:
+        errors.append(f"train.batch_size: {train.minibatch_size or train.batch_size} x seq_length {train.seq_length} "
+                      f"= {per_forward} tokens in one forward pass fit no device; set train.minibatch_size to split "
+                      f"each batch (gradient accumulation)")
+    if train.minibatch_size and train.minibatch_size > train.batch_size:
+        errors.append(f"train.minibatch_size: {train.minibatch_size} is larger than train.batch_size "
+                      f"{train.batch_size}; a micro-batch is a part of a batch")
+    return errors
+
+
+def trainer_matches_method(config: TRLConfig, registry: Any) -> list[str]:
+    """What ``train()`` refuses about the trainer (an unknown name is ``check_names``' job)."""
+    from rlkit_core.api import resolve_trainer
+
+    method = registry.find("method", config.method.name)
+    if method is None:
+        return []
+    try:
+        resolve_trainer(config, method, registry)
+    except ConfigError as exc:
+        return list(exc.errors)
+    except RlkitError:
+        return []  # unknown trainer: reported by check_names
+    return []
+
+
+def tracker_installed(tracker: str | None) -> list[str]:
+    if tracker and importlib.util.find_spec(tracker) is None:
+        return [f"train.tracker: {tracker} is not installed; pip install {tracker}, or set train.tracker: null"]
+    return []

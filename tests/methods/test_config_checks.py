@@ -1,0 +1,52 @@
+"""rlkit-methods' config checks (hook rlkit_check_config): typos inside an inline
+model.model_path mapping, gen_kwargs and optimizer/scheduler kwargs are refused by
+`rlkit config validate` before a model is loaded; every example passes (issue 16, item 5)."""
+
+from pathlib import Path
+
+import pytest
+
+from rlkit_core import load_config
+from rlkit_core.cli import main
+from rlkit_core.preflight import check_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SFT = ROOT / "examples" / "randomwalks" / "sft_randomwalks.yml"
+PPO = ROOT / "examples" / "randomwalks" / "ppo_randomwalks.yml"
+EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.yml") if "plugin_template" not in p.parts)
+
+
+def validate(capsys, config, *sets):
+    code = main(["config", "validate", str(config), *[arg for s in sets for arg in ("--set", s)]])
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    "config, sets, expected",
+    [
+        (SFT, ["model.model_path={model_type: gpt2, n_layr: 2}"],
+         "error: model.model_path.n_layr: not a field of GPT2Config (gpt2); did you mean n_layer?"),
+        (SFT, ["model.model_path={model_type: gtp2, n_layer: 2}"],
+         "error: model.model_path.model_type: 'gtp2' is not a transformers model type; did you mean gpt2?"),
+        (PPO, ["method.gen_kwargs.top_kk=5"], "error: method.gen_kwargs.top_kk: not a generation setting; did you mean top_k?"),
+        (PPO, ["method.gen_experience_kwargs={max_new_tokens: 4, do_smaple: true}"],
+         "error: method.gen_experience_kwargs.do_smaple: not a generation setting; did you mean do_sample?"),
+        (SFT, ["optimizer.kwargs.weight_decy=0.1"], "error: optimizer.kwargs.weight_decy: AdamW has no such argument; did you mean weight_decay?"),
+        (SFT, ["scheduler.kwargs.eta_mn=0.1"], "error: scheduler.kwargs.eta_mn: CosineAnnealingLR has no such argument; did you mean eta_min?"),
+        (PPO, ["train.trainer=AccelerateSFTTrainer"], "error: train.trainer: AccelerateSFTTrainer trains sft, but method.name selects"),
+    ],
+)
+def test_validate_refuses_typos_a_run_would_hit_or_ignore(rlkit_host, capsys, config, sets, expected):
+    code, lines = validate(capsys, config, *sets)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(expected), lines
+
+
+def test_an_inline_model_mapping_with_right_keys_and_aliases_passes(rlkit_host, capsys):
+    code, lines = validate(capsys, SFT, "model.model_path={model_type: gpt2, n_layer: 2, hidden_size: 32, num_attention_heads: 2, vocab_size: 64}")
+    assert code == 0, lines
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_example_passes_the_checks(path, rlkit_host):
+    config = load_config(path)
+    assert check_config(config, rlkit_host.registry, rlkit_host.hook) == []
