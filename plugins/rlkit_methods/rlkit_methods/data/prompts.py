@@ -11,6 +11,19 @@ from torch.utils.data import DataLoader, Dataset
 from rlkit_methods.data.padding import pad, position_ids_from_mask
 
 
+def apply_chat_template(texts: Sequence[str], tokenizer: Any, template: bool | str) -> list[str]:
+    """Each text as the user turn of a chat, followed by the assistant's header (the model
+    answers from there): the tokenizer's own template for True, else the Jinja string."""
+    own = getattr(tokenizer, "chat_template", None)
+    if template is True and not own:
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise ValueError(f"tokenizer.chat_template: true, but the tokenizer {name!r} has no chat template; "
+                         f"give the template itself as a Jinja string, or set chat_template: null")
+    kwargs = {} if template is True else {"chat_template": template}
+    return [tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                          add_generation_prompt=True, **kwargs) for text in texts]
+
+
 class PromptPipeline(Dataset):
     """Prompts for rollouts or evaluation, tokenized once and left-padded per batch.
 
@@ -20,6 +33,9 @@ class PromptPipeline(Dataset):
         on the tokenizer's ``truncation_side`` with a warning, never dropped
     :param tokenizer: a transformers tokenizer
     :param add_special_tokens: passed to the tokenizer (True for seq2seq models)
+    :param chat_template: ``tokenizer.chat_template``: wrap each prompt as a user turn of the
+        tokenizer's chat template (True) or of this Jinja template (a string), ending where
+        the assistant answers; None or False leaves prompts as they are
     """
 
     def __init__(
@@ -28,6 +44,7 @@ class PromptPipeline(Dataset):
         max_prompt_length: int,
         tokenizer: Any,
         add_special_tokens: bool = False,
+        chat_template: bool | str | None = None,
     ):
         super().__init__()
         if max_prompt_length <= 0:
@@ -54,6 +71,9 @@ class PromptPipeline(Dataset):
         if any(k != keys[0] for k in keys):
             raise ValueError("prompts: every dict prompt must have the same keys")
 
+        if chat_template:
+            texts = apply_chat_template(texts, tokenizer, chat_template)
+            add_special_tokens = False  # the template writes the special tokens it wants
         encoded = tokenizer(texts, truncation=False, padding=False, add_special_tokens=add_special_tokens)
         left = getattr(tokenizer, "truncation_side", "right") == "left"
         truncated = []
