@@ -86,20 +86,12 @@ def chat_template_value(instance, attribute, value) -> None:
         raise ValueError(f"{attribute.name}: must be true, false, null or a Jinja template string, got {value!r}")
 
 
-def chat_template_value(instance, attribute, value) -> None:
-    if value is not None and not isinstance(value, (bool, str)):
-        raise ValueError(f"{attribute.name}: must be true, false, null or a Jinja template string, got {value!r}")
-
-
 @attrs.define
 class TokenizerConfig:
     tokenizer_path: Any
     padding_side: str = attrs.field(default="left", validator=one_of("left", "right"))
     truncation_side: str = attrs.field(default="right", validator=one_of("left", "right"))
     tokenizer_extra_configs: dict[str, Any] = attrs.Factory(dict)
-    # rlkit: wrap each prompt as a user turn of the tokenizer's chat template (true), or of this
-    # Jinja template (a string), ending with the assistant's turn; for instruct models
-    chat_template: Any = attrs.field(default=None, validator=chat_template_value)
     # rlkit: wrap each prompt as a user turn of the tokenizer's chat template (true), or of this
     # Jinja template (a string), ending with the assistant's turn; for instruct models
     chat_template: Any = attrs.field(default=None, validator=chat_template_value)
