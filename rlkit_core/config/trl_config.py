@@ -115,7 +115,7 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found; pass the path of a YAML file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(_config_text(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -124,6 +124,33 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (train, model, method, ...), got {type(data).__name__}")
     return data
+
+
+def _config_text(path: Path) -> str:
+    """The text of a config file: UTF-8, or UTF-16/32 with a byte-order mark (what some Windows
+    editors save); anything else (a binary file) is one error naming the file."""
+    import codecs
+
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    for bom, encoding in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+                          (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if raw.startswith(bom):
+            break
+    else:
+        encoding = "utf-8"
+    try:
+        text = raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not a text file in UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start}); "
+            f"save the config as UTF-8 YAML"
+        ) from None
+    if "\x00" in text:
+        raise ConfigError(f"{path}: holds NUL bytes, so it is not a YAML text file; save the config as UTF-8 YAML")
+    return text
 
 
 def _yaml_safe(value: Any) -> Any:

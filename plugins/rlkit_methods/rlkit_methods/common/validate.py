@@ -10,7 +10,17 @@ import numbers
 from typing import Any, Sequence
 
 
+def _on_meta(value: Any) -> bool:
+    """A tensor on torch's meta device has a shape and no values."""
+    return getattr(getattr(value, "device", None), "type", None) == "meta"
+
+
+META = "a tensor on the meta device (a shape with no values); return numbers, or tensors on cpu/cuda"
+
+
 def _as_float(value: Any, where: str) -> float:
+    if _on_meta(value):
+        raise ValueError(f"{where} is {META}")
     if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:  # 0-d tensor or numpy scalar
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -35,6 +45,8 @@ def check_scores(scores: Any, n: int, *, what: str = "reward function") -> list:
     """
     if scores is None or isinstance(scores, (str, bytes, dict)):
         raise ValueError(f"{what} returned {type(scores).__name__}; return a list of {n} floats, one per sample")
+    if _on_meta(scores):
+        raise ValueError(f"{what} returned {META}")
     try:
         items = _as_list(scores)
     except TypeError:
@@ -43,6 +55,8 @@ def check_scores(scores: Any, n: int, *, what: str = "reward function") -> list:
         raise ValueError(f"{what} returned {len(items)} scores for {n} samples; return exactly one score per sample")
     out: list = []
     for i, item in enumerate(items):
+        if _on_meta(item):
+            raise ValueError(f"{what}: score {i} is {META}")
         if isinstance(item, (list, tuple)) or (hasattr(item, "tolist") and getattr(item, "ndim", 0) > 0):
             dense = _as_list(item)
             if not dense:

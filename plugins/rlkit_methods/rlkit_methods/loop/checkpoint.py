@@ -170,6 +170,68 @@ def remove_stale_temporaries(parent: str | os.PathLike) -> None:
                 shutil.rmtree(path, ignore_errors=True)
 
 
+@contextmanager
+def read_errors(directory: str | os.PathLike) -> Iterator[None]:
+    """Around loading a checkpoint: a failure caused by a truncated or damaged file names the
+    file in one line; any other failure (e.g. a model that does not fit) passes unchanged."""
+    directory = Path(directory)
+    try:
+        yield
+    except RlkitError:
+        raise
+    except Exception as exc:
+        damaged = damaged_files(directory)
+        if not damaged:
+            raise
+        path, why = damaged[0]
+        more = f" (and {len(damaged) - 1} more files)" if len(damaged) > 1 else ""
+        raise RlkitError(f"{path}: {why}{more}; checkpoint {directory} cannot be loaded, resume from an earlier one") from exc
+
+
+def damaged_files(directory: str | os.PathLike) -> list[tuple[Path, str]]:
+    """Files of a checkpoint that are cut short or corrupt: safetensors whose data ends past the
+    file, torch zip files whose directory or checksums are wrong, JSON that does not parse."""
+    found = []
+    for path in sorted(Path(directory).rglob("*")):
+        if not path.is_file():
+            continue
+        why = _damage(path)
+        if why:
+            found.append((path, why))
+    return found
+
+
+def _damage(path: Path) -> str | None:
+    import json
+    import struct
+    import zipfile
+
+    size = path.stat().st_size
+    try:
+        if path.suffix == ".safetensors":
+            with open(path, "rb") as handle:
+                head = handle.read(8)
+                if len(head) < 8:
+                    return f"truncated ({size} bytes, no header)"
+                (length,) = struct.unpack("<Q", head)
+                if 8 + length > size:
+                    return f"truncated ({size} bytes; the header alone needs {8 + length})"
+                header = json.loads(handle.read(length))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+            return f"truncated ({size} bytes of {8 + length + end})" if 8 + length + end > size else None
+        if path.suffix in (".bin", ".pt", ".pth", ".pkl", ".ckpt"):
+            if not zipfile.is_zipfile(path):
+                return f"truncated or not a torch file ({size} bytes, no zip directory at its end)"
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+            return f"corrupt (entry {bad} fails its checksum)" if bad else None
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+    except (OSError, ValueError, KeyError, TypeError, IndexError, zipfile.BadZipFile, struct.error) as exc:
+        return f"damaged ({type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''})"
+    return None
+
+
 def is_complete(path: str | os.PathLike) -> bool:
     return (Path(path) / COMPLETE_MARKER).is_file()
 
