@@ -6,6 +6,8 @@
 - ``Seq2SeqLMWithValueHead`` / ``Seq2SeqLMWithILQLHeads``: the same for encoder-decoder (T5)
   models, over the decoder (``find_seq2seq_layout`` finds its pieces).
 - ``load_causal_lm`` / ``load_seq2seq_lm``: a model from a folder, hub id, config or model.
+- trlX's classes (``AutoModelForCausalLMWithHydraValueHead``, ...) and ``hf_get_*`` helpers,
+  with trlX's API over the classes above (``trlx_ppo``, ``trlx_ilql``, ``hf_utils``).
 """
 
 from rlkit_accelerate.models.blocks import (
@@ -18,14 +20,35 @@ from rlkit_accelerate.models.blocks import (
     run_post,
     run_trunk,
 )
+from rlkit_accelerate.models.hf_utils import (
+    hf_get_decoder,
+    hf_get_decoder_blocks,
+    hf_get_decoder_final_norm,
+    hf_get_hidden_size,
+    hf_get_lm_head,
+    hf_get_num_hidden_layers,
+)
 from rlkit_accelerate.models.heads import Branch, freeze_trunk, hydra_reference, make_head
 from rlkit_accelerate.models.ilql_heads import CausalLMWithILQLHeads, ILQLHeads, ILQLOutput
 from rlkit_accelerate.models.loading import load_causal_lm, load_heads, load_saved_heads, load_seq2seq_lm, save_heads
 from rlkit_accelerate.models.policy import CausalLMWithValueHead, PolicyOutput
 from rlkit_accelerate.models.seq2seq import Seq2SeqLayout, Seq2SeqLMWithValueHead, find_seq2seq_layout
 from rlkit_accelerate.models.seq2seq_ilql import Seq2SeqLMWithILQLHeads
+from rlkit_accelerate.models.trlx_ilql import AutoModelForCausalLMWithILQLHeads, AutoModelForSeq2SeqLMWithILQLHeads
+from rlkit_accelerate.models.trlx_ppo import (
+    AutoModelForCausalLMWithHydraValueHead,
+    AutoModelForCausalLMWithValueHead,
+    AutoModelForSeq2SeqLMWithHydraValueHead,
+    AutoModelForSeq2SeqLMWithValueHead,
+)
 
 __all__ = [
+    "AutoModelForCausalLMWithHydraValueHead",
+    "AutoModelForCausalLMWithILQLHeads",
+    "AutoModelForCausalLMWithValueHead",
+    "AutoModelForSeq2SeqLMWithHydraValueHead",
+    "AutoModelForSeq2SeqLMWithILQLHeads",
+    "AutoModelForSeq2SeqLMWithValueHead",
     "Branch",
     "BranchInput",
     "CausalLMWithILQLHeads",
@@ -41,6 +64,12 @@ __all__ = [
     "find_layout",
     "find_seq2seq_layout",
     "freeze_trunk",
+    "hf_get_decoder",
+    "hf_get_decoder_blocks",
+    "hf_get_decoder_final_norm",
+    "hf_get_hidden_size",
+    "hf_get_lm_head",
+    "hf_get_num_hidden_layers",
     "hydra_reference",
     "load_causal_lm",
     "load_heads",

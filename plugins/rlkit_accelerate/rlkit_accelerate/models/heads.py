@@ -36,6 +36,11 @@ class Branch(nn.Module):
         if frozen:
             self.eval()
 
+    @property
+    def lm_head(self) -> nn.Module | None:
+        """trlX's name for the head of a hydra reference (``frozen_head.lm_head``)."""
+        return self.head
+
     def train(self, mode: bool = True) -> "Branch":
         # a frozen branch is a fixed target: never dropout
         return super().train(mode and not self.frozen)

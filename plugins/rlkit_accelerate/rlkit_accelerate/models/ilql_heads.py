@@ -23,6 +23,7 @@ from rlkit_methods.ilql.sampling import q_guided_logits, sync_target
 from rlkit_accelerate.models.blocks import capture_head_input, find_layout, position_ids_from_mask
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import freeze_trunk, make_head
+from rlkit_accelerate.models.ilql_small_heads import make_ilql_heads
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
 from rlkit_accelerate.models.policy import check_unfrozen
 from rlkit_accelerate.sharding import local_shard
@@ -110,7 +111,8 @@ class CausalLMWithILQLHeads(nn.Module):
     heads_file = "ilql_heads.safetensors"
 
     def __init__(
-        self, base_model: nn.Module, *, two_qs: bool = True, alpha: float = 0.99, num_layers_unfrozen: int = -1
+        self, base_model: nn.Module, *, two_qs: bool = True, alpha: float = 0.99, num_layers_unfrozen: int = -1,
+        q_heads: str = "mlp",
     ):
         super().__init__()
         self.layout = find_layout(base_model)
@@ -118,10 +120,8 @@ class CausalLMWithILQLHeads(nn.Module):
         self.base_model = base_model
         if not is_peft_model(base_model):  # peft froze everything but the adapters
             freeze_trunk(base_model, self.layout, num_layers_unfrozen)
-        weight = self.layout.lm_head.weight
-        vocab_size = weight.shape[0]
-        heads = ILQLHeads(self.layout.hidden_size, vocab_size, two_qs, alpha, weight.dtype)
-        self.ilql_heads = heads.to(weight.device)
+        # q_heads: "mlp" (trlX's) or "embedding" (read out through the LM's own output embedding)
+        self.ilql_heads = make_ilql_heads(q_heads, self.layout.hidden_size, self.layout.lm_head, two_qs, alpha)
 
     @classmethod
     def from_pretrained(
@@ -156,6 +156,8 @@ class CausalLMWithILQLHeads(nn.Module):
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
         return ILQLOutput(out.logits, qs, target_qs, vs, out.past_key_values if use_cache else None)
 
+    _heads_forward = forward  # generation's forward, kept when a subclass (trlX's API) redefines forward
+
     def sync_target_q_heads(self, alpha: float | None = None) -> None:
         self.ilql_heads.sync_target_q_heads(alpha)
 
@@ -186,7 +188,7 @@ class CausalLMWithILQLHeads(nn.Module):
         samples, step_ids, cache = input_ids, input_ids, None
         finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)  # [B]
         for _ in range(max_new_tokens):
-            out = self.forward(step_ids, attention_mask, position_ids, past_key_values=cache, use_cache=True)
+            out = self._heads_forward(step_ids, attention_mask, position_ids, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             next_ids, finished = q_guided_step(out, samples[:, -1], finished, eos_ids, pad_token_id, beta=beta,
                                                top_k=top_k, temperature=temperature, logit_mask=logit_mask)

@@ -64,7 +64,8 @@ class CausalLMWithValueHead(nn.Module):
     heads_file = "value_head.safetensors"
 
     def __init__(
-        self, base_model: nn.Module, *, num_layers_unfrozen: int = -1, num_value_layers_unfrozen: int = 0
+        self, base_model: nn.Module, *, num_layers_unfrozen: int = -1, num_value_layers_unfrozen: int = 0,
+        with_reference: bool = True,
     ):
         super().__init__()
         layout = find_layout(base_model)
@@ -84,6 +85,8 @@ class CausalLMWithValueHead(nn.Module):
             self.reference = None
             self.num_layers_unfrozen = num_layers_unfrozen = -1
             self.branch_index = 0
+        elif not with_reference:  # a value-head model without a KL reference (trlX's plain class)
+            self.reference = None
         elif num_layers_unfrozen < 0:
             self.reference = copy.deepcopy(base_model).requires_grad_(False).eval()
         else:

@@ -183,7 +183,8 @@ class Seq2SeqLMWithValueHead(nn.Module):
 
     heads_file = "value_head.safetensors"
 
-    def __init__(self, base_model: nn.Module, *, num_layers_unfrozen: int = -1, num_value_layers_unfrozen: int = 0):
+    def __init__(self, base_model: nn.Module, *, num_layers_unfrozen: int = -1, num_value_layers_unfrozen: int = 0,
+                 with_reference: bool = True):
         super().__init__()
         layout = find_seq2seq_layout(base_model)
         num_blocks = layout.num_blocks
@@ -200,8 +201,8 @@ class Seq2SeqLMWithValueHead(nn.Module):
             num_layers_unfrozen = -1  # peft froze all but the adapters
         self.num_layers_unfrozen = num_layers_unfrozen
         self.branch_index = 0 if num_layers_unfrozen < 0 else num_blocks - num_layers_unfrozen
-        if self.uses_adapters:
-            self.reference = None
+        if self.uses_adapters or (not with_reference and num_layers_unfrozen < 0):
+            self.reference = None  # adapters: the model with them disabled; else no KL reference
         elif num_layers_unfrozen < 0:
             self.reference = copy.deepcopy(base_model).requires_grad_(False).eval()
         else:

@@ -79,6 +79,8 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
         return ILQLOutput(out.logits, qs, target_qs, vs, out.past_key_values if use_cache else None)
 
+    _heads_forward = forward  # generation's forward, kept when a subclass (trlX's API) redefines forward
+
     def sync_target_q_heads(self, alpha: float | None = None) -> None:
         self.ilql_heads.sync_target_q_heads(alpha)
 
@@ -94,13 +96,16 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
         logit_mask: torch.Tensor | None = None,
         eos_token_id: int | list[int] | None = None,
         pad_token_id: int | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Decode with pi ~ softmax(top_k(log pi_beta + beta * (min Q_target - V)) / temperature).
 
         The encoder runs once; the decoder starts from its start token and keeps a KV cache.
         ``logit_mask[i, j]`` True forbids token j right after token i; the first token follows
         the last prompt token (not the EOS the tokenizer appended). Each row stops at its EOS
-        (later positions hold ``pad_token_id``). Returns prompt + new tokens [B, T + n].
+        (later positions hold ``pad_token_id``). ``decoder_input_ids`` [B, D] (trlX's
+        argument, starting with the start token) continue a given decoder prefix instead of
+        starting from the start token alone. Returns prompt + new tokens [B, T + n].
         """
         eos_ids, pad_token_id = stop_tokens(self.layout.decoder.config, eos_token_id, pad_token_id, input_ids.device)
         if attention_mask is None:
@@ -109,12 +114,17 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
             logit_mask = torch.as_tensor(logit_mask, dtype=torch.bool, device=input_ids.device)  # [V, V]
         encoder_outputs = (self.layout.encode(input_ids, attention_mask),)
         B = input_ids.shape[0]
-        step_ids = torch.full((B, 1), self.layout.decoder_start_token_id, dtype=torch.long, device=input_ids.device)
+        if decoder_input_ids is None:
+            step_ids = torch.full((B, 1), self.layout.decoder_start_token_id, dtype=torch.long, device=input_ids.device)
+        else:
+            step_ids = decoder_input_ids.to(input_ids.device)  # [B, D]
         last_tokens = last_prompt_tokens(input_ids, attention_mask, eos_ids)  # [B]
+        if step_ids.shape[1] > 1:
+            last_tokens = step_ids[:, -1]  # the prefix's last token precedes the first new one
         new_tokens, cache = [], None
         finished = torch.zeros(B, dtype=torch.bool, device=input_ids.device)  # [B]
         for _ in range(max_new_tokens):
-            out = self.forward(attention_mask=attention_mask, decoder_input_ids=step_ids, encoder_outputs=encoder_outputs,
+            out = self._heads_forward(attention_mask=attention_mask, decoder_input_ids=step_ids, encoder_outputs=encoder_outputs,
                                past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             next_ids, finished = q_guided_step(out, last_tokens, finished, eos_ids, pad_token_id, beta=beta,
