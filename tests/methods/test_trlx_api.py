@@ -160,3 +160,19 @@ def test_make_experience_verbose_logs_what_trlx_printed(char_tokenizer, caplog):
         quiet = make_experience(samples, rewards, char_tokenizer, max_length=16, verbose=False)
     assert caplog.text == ""
     assert [x.tolist() for x in quiet.input_ids] == [x.tolist() for x in store.input_ids]
+
+
+# --- randomwalks task with trlX's signature -----------------------------------------------
+
+
+def test_generate_random_walks_has_trlx_signature_and_results():
+    from rlkit_methods.rewards.randomwalks import generate_random_walks, random_walks
+
+    metric_fn, eval_prompts, walks, adjacency = generate_random_walks(seed=1000)
+    task = random_walks(1000)
+    assert walks == task.walks and len(walks) == 1000 and eval_prompts == task.eval_prompts
+    assert adjacency.dtype == torch.bool and adjacency.shape == (21, 21)
+    assert torch.equal(adjacency, ~task.logit_mask)  # trlX's "logit_mask" is the adjacency itself
+    assert set(metric_fn(walks[:4])) == {"lengths", "optimality"}
+    _, prompts, piped, _ = generate_random_walks(seed=1000, gpt2_tokenizer=True)
+    assert prompts[0] == eval_prompts[0] + "|" and piped[0] == "|".join(walks[0])

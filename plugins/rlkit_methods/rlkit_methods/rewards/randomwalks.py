@@ -160,3 +160,16 @@ def randomwalks_walks(with_rewards: bool = True, split_prompt: bool = True, **se
     if not with_rewards:
         return samples
     return [{"sample": s, "reward": task.optimality(w)} for s, w in zip(samples, task.walks)]
+
+
+def generate_random_walks(n_nodes: int = 21, max_length: int = 10, n_walks: int = 1000, p_edge: float = 0.1,
+                          seed: int = 1002, gpt2_tokenizer: bool = False):
+    """trlX's ``examples.randomwalks.generate_random_walks``, same arguments and results:
+    ``(metric_fn, eval_prompts, sample_walks, adjacency)`` with ``adjacency`` a bool tensor,
+    True where an edge exists (trlX's ``logit_mask``; :attr:`RandomWalks.logit_mask` is the
+    inverse, True where a move is forbidden). ``gpt2_tokenizer`` puts ``|`` between nodes.
+    The metric is rlkit's, which scores invalid walks 0 where trlX gave NaN or negatives."""
+    import torch
+
+    task = random_walks(seed, n_nodes, max_length, p_edge, n_walks, "|" if gpt2_tokenizer else "")
+    return task.metric, task.eval_prompts, list(task.walks), torch.tensor(task.adjacency)
