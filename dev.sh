@@ -25,8 +25,8 @@ VENV=${RLKIT_VENV:-.venv}
 TORCH_SPEC=${RLKIT_TORCH:-torch==2.13.0}
 # the main job: the core and the two plugins it runs on, nothing else
 DEMO_PACKAGES=(-e . -e plugins/rlkit_methods -e plugins/rlkit_accelerate)
-# the rest of the test suite: test tools, peft, the plugin template (and DeepSpeed, below)
-TEST_PACKAGES=(-e ".[test]" -e plugins/rlkit_methods -e "plugins/rlkit_accelerate[peft]" -e examples/plugin_template)
+# the rest of the test suite: test tools, HF datasets, peft, the plugin template (and DeepSpeed, below)
+TEST_PACKAGES=(-e ".[test]" -e "plugins/rlkit_methods[datasets]" -e "plugins/rlkit_accelerate[peft]" -e examples/plugin_template)
 DEEPSPEED_SPEC="deepspeed==0.19.8"
 PYPROJECTS=(pyproject.toml plugins/rlkit_methods/pyproject.toml plugins/rlkit_accelerate/pyproject.toml
     plugins/rlkit_nemo/pyproject.toml examples/plugin_template/pyproject.toml)

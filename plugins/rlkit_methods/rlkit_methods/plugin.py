@@ -41,6 +41,9 @@ def rlkit_register_pipelines():
                      description="trlX's prompt pipeline: tokenized, truncated, left-padded prompts"),
         PipelineSpec("file", f"{_M}.data.sources:file_source", kind="source",
                      description="prompts or samples from .txt, .jsonl or .csv (field/column, reward_field)"),
+        PipelineSpec("dataset", f"{_M}.data.hf_datasets:dataset_source", kind="source",
+                     description="HF datasets: a local .json/.jsonl/.csv/.parquet/.arrow file or saved folder "
+                                 "(path, split, column, reward_column, n); needs rlkit-methods[datasets]"),
         PipelineSpec("imdb_prompts", f"{_M}.data.imdb:imdb_prompts", kind="source",
                      description="first words of IMDB reviews (n, words, seed, label, source)"),
         PipelineSpec("imdb_samples", f"{_M}.data.imdb:imdb_samples", kind="source",
