@@ -1,0 +1,98 @@
+"""ILQL heads whose size does not grow with the vocabulary (``method.q_heads: embedding``).
+
+trlX's Q head is an MLP ``h -> 2h -> |V|``: for SmolLM2-135M (h = 576, |V| = 49152) each Q head
+holds 57 M parameters, and ILQL keeps two Q heads and two targets, 1.7x the model. Here each
+Q head is a small MLP ``h -> 2h -> h`` whose output is read out through the model's own output
+embedding ``E`` (its LM head weight, [|V|, h]), plus a per-token bias::
+
+    Q(s, a) = E[a] . g(h_s) + b[a]
+
+``E`` is used detached: the Q loss does not move the LM head (the policy's own loss may), so
+the head learns only ``g`` and ``b``: ``4h^2 + 3h + |V|`` parameters, 1.4 M for SmolLM2. The V
+head stays trlX's MLP ``h -> 2h -> 1``. Q is still computed only at the action positions the
+caller selects (``actions_ixs``), over the whole vocabulary, which CQL's logsumexp needs.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import torch
+from torch import nn
+
+from rlkit_methods.ilql.losses import batched_index_select
+from rlkit_methods.ilql.sampling import sync_target
+
+from rlkit_accelerate.models.heads import make_head
+from rlkit_accelerate.sharding import local_shard
+
+Q_HEADS = ("mlp", "embedding")
+
+
+class EmbeddingQHead(nn.Module):
+    """``hidden [.., h] -> Q [.., |V|]`` through the (detached) output embedding."""
+
+    def __init__(self, hidden_size: int, vocab_size: int, output_embedding: Callable[[], torch.Tensor],
+                 dtype: torch.dtype | None = None):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Linear(hidden_size, hidden_size * 2, dtype=dtype), nn.ReLU(), nn.Linear(hidden_size * 2, hidden_size, dtype=dtype)
+        )
+        self.bias = nn.Parameter(torch.zeros(vocab_size, dtype=dtype))
+        self.output_embedding = output_embedding  # a getter, not a submodule: the LM's weight stays the LM's
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.output_embedding().detach()  # [V, h]
+        return self.features(hidden) @ weight.to(hidden.dtype).T + self.bias  # [.., V]
+
+
+class EmbeddingILQLHeads(nn.Module):
+    """V head, one or two embedding Q heads and their Polyak-averaged targets; the same
+    interface as ``ilql_heads.ILQLHeads``."""
+
+    def __init__(self, hidden_size: int, output_embedding: Callable[[], torch.Tensor], two_qs: bool = True,
+                 alpha: float = 0.99, dtype: torch.dtype | None = None):
+        super().__init__()
+        self.two_qs = two_qs
+        self.alpha = alpha
+        vocab_size = output_embedding().shape[0]
+        self.v_head = make_head(hidden_size, 1, dtype)
+        num_qs = 2 if two_qs else 1
+        self.q_heads = nn.ModuleList(EmbeddingQHead(hidden_size, vocab_size, output_embedding, dtype) for _ in range(num_qs))
+        self.target_q_heads = copy.deepcopy(self.q_heads).requires_grad_(False)
+
+    def forward(self, hidden: torch.Tensor, states_ixs: torch.Tensor | None = None, actions_ixs: torch.Tensor | None = None):
+        """hidden: [B, T, H]; optional index tensors [B, S] / [B, A]. Returns qs (each [B, A, V]),
+        target_qs (each [B, A, V]) and vs [B, S, 1]."""
+        states = hidden if states_ixs is None else batched_index_select(hidden, states_ixs)
+        actions = hidden if actions_ixs is None else batched_index_select(hidden, actions_ixs)
+        qs = tuple(head(actions) for head in self.q_heads)
+        target_qs = tuple(head(actions) for head in self.target_q_heads)
+        return qs, target_qs, self.v_head(states)
+
+    def sync_target_q_heads(self, alpha: float | None = None) -> None:
+        """target <- alpha * q + (1 - alpha) * target."""
+        alpha = self.alpha if alpha is None else alpha
+        sync_target(map(local_shard, self.target_q_heads.parameters()), map(local_shard, self.q_heads.parameters()), alpha)
+
+
+def make_ilql_heads(kind: str, hidden_size: int, lm_head: nn.Module, two_qs: bool = True, alpha: float = 0.99) -> nn.Module:
+    """The ILQL heads for ``method.q_heads``: ``mlp`` (trlX's, the default) or ``embedding``,
+    on the LM head's device and dtype."""
+    from rlkit_accelerate.models.ilql_heads import ILQLHeads
+
+    weight = lm_head.weight
+    if kind == "mlp":
+        heads = ILQLHeads(hidden_size, weight.shape[0], two_qs, alpha, weight.dtype)
+    elif kind == "embedding":
+        heads = EmbeddingILQLHeads(hidden_size, lambda: lm_head.weight, two_qs, alpha, weight.dtype)
+    else:
+        raise ValueError(f"method.q_heads: unknown kind {kind!r}; use one of {', '.join(Q_HEADS)}")
+    return heads.to(weight.device)
+
+
+def head_parameters(heads: nn.Module) -> dict[str, int]:
+    """Parameter counts of ILQL heads: ``v``, ``q`` (online Q heads) and ``target_q``."""
+    count = lambda module: sum(p.numel() for p in module.parameters())  # noqa: E731
+    return {"v": count(heads.v_head), "q": count(heads.q_heads), "target_q": count(heads.target_q_heads)}
