@@ -176,3 +176,30 @@ def test_generate_random_walks_has_trlx_signature_and_results():
     assert set(metric_fn(walks[:4])) == {"lengths", "optimality"}
     _, prompts, piped, _ = generate_random_walks(seed=1000, gpt2_tokenizer=True)
     assert prompts[0] == eval_prompts[0] + "|" and piped[0] == "|".join(walks[0])
+
+
+# --- trlx.utils.logging ----------------------------------------------------------------------
+
+
+def test_logging_sets_every_rlkit_logger_and_turns_progress_off(capsys, monkeypatch):
+    import rlkit_core.logging as rlkit_logging
+    from rlkit_methods.loop.reporting import progress
+
+    monkeypatch.delenv(rlkit_logging.PROGRESS_ENV, raising=False)
+    before = {p: logging.getLogger(p).level for p in rlkit_logging.PACKAGES}
+    try:
+        rlkit_logging.set_verbosity(rlkit_logging.ERROR)
+        assert all(logging.getLogger(p).level == logging.ERROR for p in rlkit_logging.PACKAGES)
+        assert rlkit_logging.get_verbosity() == logging.ERROR
+    finally:
+        for package, level in before.items():
+            logging.getLogger(package).setLevel(level)
+    rlkit_logging.disable_progress_bar()
+    assert not rlkit_logging.is_progress_bar_enabled()
+    with progress(4, 0, enabled=True) as bar:
+        bar.update(4, {"loss": 1.0})
+    assert capsys.readouterr().err == ""
+    rlkit_logging.enable_progress_bar()
+    with progress(4, 0, enabled=True) as bar:
+        bar.update(4, {"loss": 1.0})
+    assert "progress: step" in capsys.readouterr().err

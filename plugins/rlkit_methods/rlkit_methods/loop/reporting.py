@@ -3,6 +3,7 @@ samples, and progress: a bar on a terminal, plain lines elsewhere (a log file, C
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -134,8 +135,9 @@ class _Lines:
 @contextmanager
 def progress(total: int, completed: int, *, enabled: bool) -> Iterator[_Bar | _Lines]:
     """The main process's progress: a rich bar on a terminal, plain lines elsewhere; nothing on
-    the other processes. Both have ``update(step, stats)`` and ``show_phase(phase, step=None)``."""
-    if not enabled:
+    the other processes, nor with ``RLKIT_PROGRESS=0`` (``rlkit_core.logging.disable_progress_bar``).
+    Both have ``update(step, stats)`` and ``show_phase(phase, step=None)``."""
+    if not enabled or os.environ.get("RLKIT_PROGRESS", "1") == "0":
         yield _Bar(None, None)
         return
     if not sys.stderr.isatty():
