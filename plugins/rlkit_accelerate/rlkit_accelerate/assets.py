@@ -109,8 +109,12 @@ def materialize(name: str) -> Path:
     tmp.mkdir()
     import torch
 
+    from rlkit_accelerate.quiet import no_transformers_progress
+
+    log.info("%s: converting %s to safetensors once, into %s", name, gguf.name, target)
     try:
-        with torch.random.fork_rng(devices=[]):  # a first (converting) run trains like a cached one
+        # a first (converting) run trains like a cached one; transformers' bars say nothing here
+        with torch.random.fork_rng(devices=[]), no_transformers_progress():
             convert(gguf, tmp)
         (tmp / MANIFEST).write_text(json.dumps(_manifest(gguf, tmp), indent=1) + "\n")
     except BaseException:

@@ -134,7 +134,9 @@ def find_layout(model: nn.Module) -> DecoderLayout:
     was_training = model.training
     model.eval()  # no dropout: the check below compares exactly
     try:
-        logits = model(input_ids=_dummy_ids(model), use_cache=False).logits
+        ids = _dummy_ids(model)
+        # the mask says these ids are all real tokens (a pad id among them made transformers warn)
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
     finally:
         model.train(was_training)
         for handle in handles:

@@ -74,8 +74,11 @@ def load_lm(model_path: Any, arch: str = "causal", **kwargs: Any) -> nn.Module:
                 config = None  # the loader below reports it
             if config is not None:
                 check_arch(config, arch)
+    from rlkit_accelerate.quiet import no_transformers_progress
+
     try:
-        model = auto.from_pretrained(name, **kwargs)
+        with no_transformers_progress():  # a "Loading weights" bar per model says nothing
+            model = auto.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise RlkitError(f"model_path {name!r}: cannot load {what} ({first_line})") from error

@@ -1,0 +1,42 @@
+"""Third-party output that tells a user nothing, silenced where it arises and nowhere else.
+
+* transformers' progress bars while the GGUF is converted and the model written once
+  ("Converting and de-quantizing GGUF tensors", "Loading weights", "Writing model shards"):
+  :func:`no_transformers_progress` around that work; rlkit's own progress replaces them.
+* DeepSpeed's "Setting accelerator to CPU. If you have GPU or other accelerator, we were
+  unable to detect it.", printed when accelerate imports DeepSpeed (``unwrap_model``) on a
+  machine without CUDA: :func:`deepspeed_on_cpu_quietly` tells DeepSpeed the accelerator
+  (``DS_ACCELERATOR=cpu``) when torch sees no CUDA, which is what it would detect anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+
+@contextmanager
+def no_transformers_progress() -> Iterator[None]:
+    """transformers' (and huggingface_hub's) tqdm bars off inside, restored after."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def deepspeed_on_cpu_quietly() -> None:
+    """Set ``DS_ACCELERATOR=cpu`` before DeepSpeed is first imported, only where torch sees no
+    CUDA device and the user has not chosen an accelerator."""
+    if "deepspeed" in sys.modules or "DS_ACCELERATOR" in os.environ:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"

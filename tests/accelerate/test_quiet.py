@@ -1,0 +1,61 @@
+"""Third-party noise silenced at its source: transformers' bars around loading and the GGUF
+conversion, DeepSpeed's 'Setting accelerator to CPU' on a machine without CUDA."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from transformers.utils import logging as hf_logging
+
+from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly, no_transformers_progress
+
+
+def test_progress_bars_are_off_inside_and_restored_after():
+    hf_logging.enable_progress_bar()
+    with no_transformers_progress():
+        assert not hf_logging.is_progress_bar_enabled()
+    assert hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a user who switched them off keeps them off
+    with no_transformers_progress():
+        pass
+    assert not hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()
+
+
+def test_loading_a_model_prints_no_bar(tmp_path, capfd):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from rlkit_accelerate.models.loading import load_lm
+
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=64)).save_pretrained(tmp_path / "m")
+    capfd.readouterr()
+    load_lm(str(tmp_path / "m"))
+    assert "Loading weights" not in capfd.readouterr().err
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("deepspeed") is None, reason="deepspeed not installed")
+def test_deepspeed_is_told_the_cpu_instead_of_warning():
+    code = ("from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly; deepspeed_on_cpu_quietly(); "
+            "import deepspeed, os; print(os.environ.get('DS_ACCELERATOR'))")
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "cpu" and "Setting accelerator to CPU" not in result.stderr
+    # the user's choice stands
+    env["DS_ACCELERATOR"] = "cpu"
+    code = "from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly; deepspeed_on_cpu_quietly(); import os; print(os.environ['DS_ACCELERATOR'])"
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "cpu"
+
+
+def test_find_layout_passes_a_mask(capfd):
+    """The layout probe's dummy ids may hold the pad id: with a mask transformers has nothing to warn about."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from rlkit_accelerate.models.blocks import find_layout
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=64, pad_token_id=0))
+    capfd.readouterr()
+    find_layout(model)
+    assert "attention_mask" not in capfd.readouterr().err
