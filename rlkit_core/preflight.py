@@ -12,6 +12,7 @@ mapping against transformers' config class of its ``model_type``, ``gen_kwargs``
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import Any
 
 from rlkit_core.config import TRLConfig
@@ -45,10 +46,26 @@ def check_config(config: TRLConfig, registry: Any, hook: Any = None) -> list[str
 
 def warnings_for(config: TRLConfig) -> list[str]:
     """Things a run will do that a user should know about, one line each."""
+    lines = missing_model_folder(config)
     if config.model.trust_remote_code:
-        return [f"model.trust_remote_code: true runs Python code shipped with {config.model.model_path!r}; "
-                f"use it only with a model and tokenizer you trust"]
-    return []
+        lines.append(f"model.trust_remote_code: true runs Python code shipped with {config.model.model_path!r}; "
+                     f"use it only with a model and tokenizer you trust")
+    return lines
+
+
+def looks_like_a_folder(name: str) -> bool:
+    """A local path, not a hub id (``org/name``) or a model source name (``smollm2-135m``)."""
+    return name.startswith((".", "/", "~")) or name.count("/") >= 2 or "\\" in name
+
+
+def missing_model_folder(config: TRLConfig) -> list[str]:
+    """A ``model.model_path`` folder that is not there (yet): a warning, since an earlier run,
+    e.g. the SFT example a PPO example starts from, may write it before this one starts."""
+    path = config.model.model_path
+    if not isinstance(path, str) or not looks_like_a_folder(path) or Path(path).expanduser().is_dir():
+        return []
+    return [f"model.model_path {path!r}: no such folder; the run fails when it loads the model "
+            f"unless it is made first (the example configs name the command that makes theirs)"]
 
 
 def generation_lengths(config: TRLConfig) -> list[str]:
