@@ -28,7 +28,7 @@ def rlkit_register_methods():
         ),
         MethodSpec(
             "rft", f"{_M}.rft.config:RFTConfig", mode="online", aliases=("RFTConfig",),
-            default_config=f"{_M}.rft.config:default_rft_config",
+            default_config=f"{_M}.rft.config:default_rft_config", trainer=f"{_M}.rft.trainer:RFTTrainer",
             description="Rejection-sampling fine-tuning: sample, keep each prompt's best-scoring outputs, fine-tune on them",
         ),
     ]

@@ -18,3 +18,9 @@ def sft_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(
         shift_logits.reshape(-1, shift_logits.shape[-1]), shift_labels.reshape(-1), ignore_index=IGNORE_INDEX
     )
+
+
+def output_nll(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The same loss from the engine's per-token log-probs: (B, T) log p(y_t), (B, T) mask of
+    the output tokens -> L = -sum_t m_t log p(y_t) / max(sum_t m_t, 1)."""
+    return -(logprobs * mask).sum() / mask.sum().clamp(min=1)

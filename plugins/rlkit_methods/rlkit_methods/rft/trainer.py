@@ -1,0 +1,164 @@
+"""``RFTTrainer``: rejection-sampling fine-tuning against a reward function, on any engine.
+
+Each epoch trains one pass over a store of selected samples; between epochs
+(``make_experience``) the store is rebuilt:
+
+* on a growth step (epoch ``e`` with ``e mod n_improve_steps == 0``) every rank samples
+  ``n_generations_per_prompt`` outputs for each of its prompts; the decoded samples are
+  gathered, scored once on the main process, and every rank adds all of them to the same
+  per-prompt pool (kept across growth steps);
+* every epoch keeps, per prompt, the pooled samples scoring at least the prompt's threshold
+  at this epoch's percentile (:mod:`rlkit_methods.rft.selection`) and fine-tunes on them,
+  cross-entropy on the output tokens (:mod:`rlkit_methods.rft.store`).
+
+The selection is identical on every rank, so the store is split over the data-parallel ranks
+like an offline store. Epoch ``e`` trains on the selection of improve step ``e mod n`` (trlX
+built the selection before counting the epoch, so its first two epochs both used step 0).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from rlkit_core.engine import ModelSpec
+from rlkit_core.errors import ConfigError, RlkitError
+
+from rlkit_methods.common.validate import check_scores
+from rlkit_methods.loop.evaluation import call_scorer
+from rlkit_methods.loop.trainer import RLTrainer
+from rlkit_methods.rft.selection import add_generations, is_growth_step, select_samples
+from rlkit_methods.rft.store import make_rft_store
+from rlkit_methods.sft.losses import output_nll
+
+
+class RFTTrainer(RLTrainer):
+    method_name = "rft"
+    forward_kind = "tokens"
+
+    def __init__(self, config, reward_fn=None, **kwargs):
+        super().__init__(config, reward_fn=reward_fn, **kwargs)
+        if self.engine.is_seq2seq:
+            raise ConfigError("model.model_arch_type: RFT trains causal LMs (as trlX's); use causal, or SFT/PPO for seq2seq")
+        self.prompt_pipeline = None
+        self.pool: dict[str, list[tuple[str, float]]] = {}  # prompt -> [(output, score)], kept across growth steps
+        self.epoch_count = 0
+        self.store = None
+
+    def model_spec(self) -> ModelSpec:
+        return ModelSpec("lm", num_layers_unfrozen=self.config.model.num_layers_unfrozen)
+
+    def add_prompt_pipeline(self, pipeline) -> None:
+        self.prompt_pipeline = pipeline
+
+    # --- experience ----------------------------------------------------------------------------
+
+    def sample_prompts(self) -> tuple[list[str], list[str]]:
+        """``n_generations_per_prompt`` samples of each of this rank's prompts: (prompts, outputs)."""
+        engine, pipeline, method = self.engine, self.prompt_pipeline, self.config.method
+        indices = list(range(engine.process_index, len(pipeline), engine.num_processes))
+        size = self.config.train.batch_size
+        eos = self.tokenizer.eos_token_id
+        prompts, outputs = [], []
+        for start in range(0, len(indices), size):
+            batch = pipeline.collate([pipeline[i] for i in indices[start : start + size]])
+            width = batch["input_ids"].shape[1]
+            prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+            for _ in range(method.n_generations_per_prompt):
+                samples = self.generate(batch["input_ids"], batch["attention_mask"])
+                new = [row[width:].tolist() for row in samples]
+                new = [o[: o.index(eos) + 1] if eos in o else o for o in new]  # nothing after EOS
+                _, str_prompts, str_outputs = self.decode(prompt_ids, [p + o for p, o in zip(prompt_ids, new)],
+                                                          append_eos_token=True)
+                prompts += str_prompts
+                outputs += str_outputs
+        return prompts, outputs
+
+    def score(self, prompts: list[str], outputs: list[str]) -> tuple[list[str], list[str], list[float]]:
+        """Every rank's samples, scored once on the main process; the same lists on every rank."""
+        engine = self.engine
+        everything = engine.gather_object(list(zip(prompts, outputs)))
+        scored = None
+        if self.is_main_process:
+            pairs = [pair for part in everything for pair in part]
+            all_prompts, all_outputs = [p for p, _ in pairs], [o for _, o in pairs]
+            scores = call_scorer(self.reward_fn, "reward", self.iter_count, [p + o for p, o in pairs], all_prompts,
+                                 all_outputs, {}, self.tokenizer)
+            scores = check_scores(scores, len(pairs))
+            if any(isinstance(s, list) for s in scores):
+                raise ConfigError("reward: RFT ranks whole samples; give one score per sample, not one per token")
+            scored = (all_prompts, all_outputs, [float(s) for s in scores])
+        return engine.broadcast_object(scored)
+
+    @torch.no_grad()
+    def make_experience(self, num_rollouts: Any = None, iter_count: int = 0) -> None:
+        """Grow the pool on a growth step, then select this epoch's store. (``num_rollouts`` is
+        ``train()``'s argument for online methods; RFT samples a fixed number per prompt.)"""
+        if self.reward_fn is None:
+            raise ConfigError("reward: RFT needs a reward function to score its samples (train(reward_fn=...) or reward: in the config)")
+        if self.prompt_pipeline is None:
+            raise RlkitError("RFT has no prompts: call add_prompt_pipeline (train() does) before make_experience")
+        method = self.config.method
+        stats: dict[str, float] = {}
+        if is_growth_step(self.epoch_count, method.n_improve_steps) or not self.pool:
+            if self.progress_bar is not None:
+                self.progress_bar.show_phase("rollout")
+            start = time.time()
+            prompts, outputs = self.sample_prompts()
+            stats["time/rollout_generate"] = time.time() - start
+            start = time.time()
+            prompts, outputs, scores = self.score(prompts, outputs)
+            stats["time/rollout_score"] = time.time() - start
+            add_generations(self.pool, prompts, outputs, scores)
+            stats["rollout_scores/mean"] = sum(scores) / len(scores)
+        self.select()
+        stats.update(self.selection_stats)
+        self.metrics_log.write(self.iter_count, "rollout", stats)
+        self.hooks.rlkit_rollouts_made(trainer=self, step=self.iter_count, num_rollouts=len(self.store), stats=stats,
+                                       is_main_process=self.is_main_process)
+
+    def select(self) -> None:
+        """This epoch's store: the pooled samples above their prompt's threshold."""
+        method = self.config.method
+        percentile = method.percentile(self.epoch_count)
+        selected, thresholds = select_samples(self.pool, percentile)
+        self.store = make_rft_store(selected, self.tokenizer, self.config.train.seq_length)
+        pooled = [score for samples in self.pool.values() for _, score in samples]
+        self.selection_stats = {
+            "rft/percentile": percentile,
+            "rft/threshold_mean": float(thresholds.mean()),
+            "rft/pool_size": float(len(pooled)),
+            "rft/pool_score_mean": sum(pooled) / len(pooled),
+            "rft/selected": float(len(selected)),
+        }
+
+    # --- learning ------------------------------------------------------------------------------
+
+    def prepare_learning(self) -> None:
+        if self.store is None:
+            self.make_experience()
+        self.n_inner_epochs = 1
+        # the store's size changes every epoch, so trlX could not estimate the steps: total_steps it is
+        self.total_steps = self.config.train.total_steps
+
+    def loss(self, outputs, batch):
+        """Cross-entropy on the selected outputs' tokens (the engine's ``tokens`` forward)."""
+        loss = output_nll(outputs["logprobs"], outputs["mask"])
+        return loss, {"loss": loss.item()}
+
+    def post_epoch_callback(self) -> None:
+        self.epoch_count += 1
+        self.make_experience()
+
+    # --- checkpoint state ----------------------------------------------------------------------
+
+    def method_state(self) -> dict[str, Any]:
+        return {"epoch_count": self.epoch_count,
+                "pool": {prompt: [[output, score] for output, score in samples] for prompt, samples in self.pool.items()}}
+
+    def load_method_state(self, state: dict[str, Any]) -> None:
+        self.epoch_count = int(state["epoch_count"])
+        self.pool = {prompt: [(output, float(score)) for output, score in samples] for prompt, samples in state["pool"].items()}
+        self.select()  # the selection is a function of the pool and the epoch
