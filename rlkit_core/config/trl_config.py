@@ -115,7 +115,7 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found; pass the path of a YAML file")
     try:
-        data = yaml.safe_load(_config_text(path))
+        data = yaml.load(_config_text(path), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -124,6 +124,25 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (train, model, method, ...), got {type(data).__name__}")
     return data
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error (plain
+    YAML keeps the last silently: ``lr`` set twice trains with the one you did not look at)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:  # the mapping's own keys, before ``<<`` merges are applied
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = (key_node.tag, key_node.value)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key_node.value!r} appears twice in one mapping (first on line {seen[key] + 1}); keep one",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def _config_text(path: Path) -> str:

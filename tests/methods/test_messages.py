@@ -85,3 +85,12 @@ def test_a_reward_on_the_meta_device_is_one_line():
     with pytest.raises(ValueError, match=r"reward function: score 0 is a tensor on the meta device .* return numbers"):
         check_scores([torch.tensor(1.0, device="meta")] * 3, 3)
     assert check_scores(torch.tensor([1.0, 2.0]), 2) == [1.0, 2.0]
+
+
+def test_a_key_given_twice_in_a_config_is_refused_and_merge_keys_still_work(tmp_path):
+    path = tmp_path / "config.yml"
+    path.write_text("optimizer:\n  kwargs:\n    lr: 1.0e-4\n    lr: 3.0e-3\n")
+    with pytest.raises(ConfigError, match=r"config.yml: invalid YAML: line 4, column 5: key 'lr' appears twice in one mapping \(first on line 3\); keep one"):
+        read_yaml(path)
+    path.write_text("base: &base {lr: 1.0, eps: 2.0}\noptimizer:\n  <<: *base\n  lr: 3.0\n")
+    assert read_yaml(path)["optimizer"] == {"lr": 3.0, "eps": 2.0}
