@@ -203,13 +203,17 @@ def _series(records: list[dict[str, Any]], kind: str, key: str) -> tuple[list[tu
     return points, len(values) - len(points)
 
 
-def _draw(ax, records, kind: str, keys: list[str], color_offset: int = 0) -> None:
-    for i, key in enumerate(keys):
+def _draw(ax, records, kind: str, keys: list[str], color_offset: int = 0) -> int:
+    """Plot the logged ``keys``; colours follow the drawn lines. Returns how many were drawn."""
+    drawn = 0
+    for key in keys:
         points, skipped = _series(records, kind, key)
         label = f"{key} ({skipped} nan/inf/huge not drawn)" if skipped else key
         if points or skipped:
             ax.plot(*(zip(*points) if points else ([], [])), marker="o" if kind != "train" else None, markersize=3,
-                    label=label, color=f"C{i + color_offset}")
+                    label=label, color=f"C{drawn + color_offset}")
+            drawn += 1
+    return drawn
 
 
 def plot(info: dict[str, Any], path: str | Path) -> Path:
@@ -237,12 +241,12 @@ def figure(info: dict[str, Any]):
     rows = max(1, math.ceil(len(panels) / 2))
     fig, axes = plt.subplots(rows, 2, figsize=(11, 3.6 * rows), squeeze=False)
     for ax, (title, kind, keys, ylabel) in zip(axes.flat, panels):
-        _draw(ax, records, kind, keys)
+        drawn = _draw(ax, records, kind, keys)
         handles, labels = ax.get_legend_handles_labels()
         twin = TWINS.get(keys[0])
         if twin and any(_series(records, kind, twin[0])[0]):
             right = ax.twinx()
-            _draw(right, records, kind, [twin[0]], color_offset=len(keys))
+            _draw(right, records, kind, [twin[0]], color_offset=drawn)
             right.set_ylabel(twin[1])
             more = right.get_legend_handles_labels()
             handles, labels = handles + more[0], labels + more[1]
