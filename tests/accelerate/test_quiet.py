@@ -23,6 +23,17 @@ def test_progress_bars_are_off_inside_and_restored_after():
     hf_logging.enable_progress_bar()
 
 
+def test_the_gguf_readers_own_bar_is_off_inside_and_back_after(capfd):
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    original = gguf_utils.tqdm
+    with no_transformers_progress():
+        for _ in gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."):
+            pass
+    assert "Converting" not in capfd.readouterr().err
+    assert gguf_utils.tqdm is original
+
+
 def test_loading_a_model_prints_no_bar(tmp_path, capfd):
     from transformers import GPT2Config, GPT2LMHeadModel
 

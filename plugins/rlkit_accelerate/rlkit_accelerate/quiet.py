@@ -1,8 +1,8 @@
 """Third-party output that tells a user nothing, silenced where it arises and nowhere else.
 
 * transformers' progress bars while the GGUF is converted and the model written once
-  ("Converting and de-quantizing GGUF tensors", "Loading weights", "Writing model shards"):
-  :func:`no_transformers_progress` around that work; rlkit's own progress replaces them.
+  ("Converting and de-quantizing GGUF tensors", "Loading weights", "Writing model shards"),
+  and on every model load: :func:`no_transformers_progress` around that work.
 * DeepSpeed's "Setting accelerator to CPU. If you have GPU or other accelerator, we were
   unable to detect it.", printed when accelerate imports DeepSpeed (``unwrap_model``) on a
   machine without CUDA: :func:`deepspeed_on_cpu_quietly` tells DeepSpeed the accelerator
@@ -19,14 +19,23 @@ from typing import Iterator
 
 @contextmanager
 def no_transformers_progress() -> Iterator[None]:
-    """transformers' (and huggingface_hub's) tqdm bars off inside, restored after."""
+    """transformers' tqdm bars off inside, restored after. The GGUF reader calls ``tqdm``
+    directly, ignoring that switch, so its module's ``tqdm`` is a disabled one meanwhile."""
+    from functools import partial
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
+    gguf_tqdm = getattr(gguf_utils, "tqdm", None)
+    if gguf_tqdm is not None:
+        gguf_utils.tqdm = partial(gguf_tqdm, disable=True)
     try:
         yield
     finally:
+        if gguf_tqdm is not None:
+            gguf_utils.tqdm = gguf_tqdm
         if was_enabled:
             hf_logging.enable_progress_bar()
 
