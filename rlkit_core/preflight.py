@@ -32,6 +32,7 @@ def check_config(config: TRLConfig, registry: Any, hook: Any = None) -> list[str
     errors += sizes(config)
     errors += trainer_matches_method(config, registry)
     errors += tracker_installed(config.train.tracker)
+    errors += functions_importable(config)
     if hook is not None:
         for impl in hook.rlkit_check_config.get_hookimpls():
             lines = impl.function(*[{"config": config}[name] for name in impl.argnames])
@@ -119,6 +120,26 @@ def trainer_matches_method(config: TRLConfig, registry: Any) -> list[str]:
     except RlkitError:
         return []  # unknown trainer: reported by check_names
     return []
+
+
+def functions_importable(config: TRLConfig) -> list[str]:
+    """``reward.function`` / ``metric.function``: the module exists (found, not imported: the
+    run imports it, with whatever that module does at import)."""
+    errors = []
+    for key in ("reward", "metric"):
+        component = getattr(config, key)
+        function = getattr(component, "function", None)
+        if not function or ":" not in function:
+            continue
+        module = function.partition(":")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package that is missing or broken
+            found = False
+        if not found:
+            errors.append(f"{key}.function: module {module!r} not found (from {function!r}); "
+                          f"check the name, or make it importable (PYTHONPATH, pip install)")
+    return errors
 
 
 def tracker_installed(tracker: str | None) -> list[str]:

@@ -73,3 +73,11 @@ def test_a_check_returning_garbage_names_the_plugin(fake_host, register_plugin, 
 def test_a_good_config_still_validates(fake_host, capsys, tmp_path):
     code, lines = validate(capsys, tmp_path)
     assert code == 0 and lines[0].startswith("ok:")
+
+
+def test_a_reward_function_whose_module_does_not_exist(fake_host, capsys, tmp_path):
+    data = config_dict()
+    data["reward"] = {"function": "my_rewadrs:score"}
+    code, lines = validate(capsys, tmp_path, data=data)
+    assert code == 2 and lines == ["error: reward.function: module 'my_rewadrs' not found (from 'my_rewadrs:score'); "
+                                   "check the name, or make it importable (PYTHONPATH, pip install)"]
