@@ -45,6 +45,18 @@ def test_loading_a_model_prints_no_bar(tmp_path, capfd):
     assert "Loading weights" not in capfd.readouterr().err
 
 
+def test_saving_a_model_prints_no_bar(tmp_path, capfd):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from rlkit_accelerate.models.adapters import save_base_model
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=64))
+    capfd.readouterr()
+    save_base_model(model, tmp_path / "m")
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+    assert "Writing model shards" not in capfd.readouterr().err
+
+
 @pytest.mark.skipif(__import__("importlib").util.find_spec("deepspeed") is None, reason="deepspeed not installed")
 def test_deepspeed_is_told_the_cpu_instead_of_warning():
     code = ("from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly; deepspeed_on_cpu_quietly(); "

@@ -108,4 +108,7 @@ def save_base_model(model: nn.Module, directory, merge_adapters: bool = False, s
         import copy
 
         model = copy.deepcopy(model).merge_and_unload()
-    model.save_pretrained(directory, state_dict=state_dict, **kwargs)
+    from rlkit_accelerate.quiet import no_transformers_progress
+
+    with no_transformers_progress():  # a "Writing model shards" bar at every checkpoint says nothing
+        model.save_pretrained(directory, state_dict=state_dict, **kwargs)
