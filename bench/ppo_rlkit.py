@@ -50,7 +50,7 @@ def distinct_words(samples, prompts, outputs, **_) -> list[float]:
 
 def build_trainer(spec: dict, num_layers_unfrozen: int, workdir: str):
     """The PPO trainer on the spec's model and prompts, as ``rlkit_core.train`` would make it."""
-    from rlkit_accelerate.trainers.ppo import AcceleratePPOTrainer
+    from rlkit_accelerate.trainers import AcceleratePPOTrainer
     from rlkit_core.api import max_prompt_length
     from rlkit_methods.data.prompts import PromptPipeline
 

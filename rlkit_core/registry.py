@@ -55,6 +55,8 @@ class MethodSpec:
     ``TRLConfig``; ``train()`` uses it when no config is given.
     ``mode`` is how ``train()`` feeds it: ``"online"`` (reward_fn + prompts),
     ``"offline"`` (samples + rewards) or ``"supervised"`` (samples).
+    ``trainer`` is the method's engine-independent trainer class (or import string), a
+    subclass of ``rlkit_methods.loop.trainer.RLTrainer`` constructed with ``engine=``.
     """
 
     name: str
@@ -63,6 +65,7 @@ class MethodSpec:
     aliases: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     default_config: Target | None = None
     description: str = ""
+    trainer: Target | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -90,11 +93,19 @@ def _trainers(value: Iterable[TrainerSpec] | Mapping[str, Target]) -> tuple[Trai
 
 @attrs.frozen
 class BackendSpec:
-    """An engine (accelerate, nemo, ...) and the trainers it provides, one per method."""
+    """An engine (accelerate, nemo, ...) and the trainers it names, one per method.
+
+    ``engine`` is the engine class (or import string) implementing
+    :class:`rlkit_core.engine.Engine`. With it, every method that gives a ``trainer`` runs on
+    this backend: ``train.trainer: <Backend><Method>Trainer`` (e.g. ``AccelerateGRPOTrainer``)
+    pairs them without a trainer written for the backend. ``trainers`` name trlX's pairings
+    (``AcceleratePPOTrainer``) with their own constructor signatures.
+    """
 
     name: str
     trainers: tuple[TrainerSpec, ...] = attrs.field(default=(), converter=_trainers)
     description: str = ""
+    engine: Target | None = None
 
 
 @attrs.frozen

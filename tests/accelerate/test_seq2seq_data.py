@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import ByT5Tokenizer
 
-from rlkit_accelerate.seq2seq_data import make_seq2seq_ilql_experience, make_seq2seq_sft_experience
+from rlkit_methods.data.seq2seq import make_seq2seq_ilql_experience, make_seq2seq_sft_experience
 
 TOKENIZER = ByT5Tokenizer()  # one token per byte (+3), EOS 1, pad 0
 

@@ -14,10 +14,12 @@ def rlkit_register_backends():
     return [
         BackendSpec(
             "accelerate",
+            engine="rlkit_accelerate.engine:AccelerateEngine",
             trainers=[
-                TrainerSpec("AcceleratePPOTrainer", f"{_T}.ppo:AcceleratePPOTrainer", method="ppo"),
-                TrainerSpec("AccelerateILQLTrainer", f"{_T}.ilql:AccelerateILQLTrainer", method="ilql"),
-                TrainerSpec("AccelerateSFTTrainer", f"{_T}.sft:AccelerateSFTTrainer", method="sft"),
+                TrainerSpec("AcceleratePPOTrainer", f"{_T}:AcceleratePPOTrainer", method="ppo"),
+                TrainerSpec("AccelerateILQLTrainer", f"{_T}:AccelerateILQLTrainer", method="ilql"),
+                TrainerSpec("AccelerateSFTTrainer", f"{_T}:AccelerateSFTTrainer", method="sft"),
+                TrainerSpec("AccelerateRFTTrainer", f"{_T}:AccelerateRFTTrainer", method="rft"),
             ],
             description="HF transformers + accelerate (DDP, DeepSpeed, FSDP)",
         )

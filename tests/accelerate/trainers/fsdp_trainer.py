@@ -11,7 +11,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
-import rlkit_accelerate.trainers.base as base
+import rlkit_accelerate.engine as engine
 
 sys.path.insert(0, str(Path(__file__).parent))
 from walks_setup import run  # noqa: E402
@@ -28,7 +28,7 @@ class FSDPOnCPU(accelerate.Accelerator):
             reshard_after_forward=True, cpu_ram_efficient_loading=False)
 
 
-base.Accelerator = FSDPOnCPU
+engine.Accelerator = FSDPOnCPU
 out, rank = Path(sys.argv[1]), int(os.environ["RANK"])
 for method in ("ppo", "ilql"):
     overrides = dict(train=dict(total_steps=4, eval_interval=4, checkpoint_interval=4, minibatch_size=4))

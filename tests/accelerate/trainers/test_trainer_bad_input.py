@@ -67,7 +67,7 @@ def test_a_reward_returning_the_wrong_count_is_a_clear_error(tmp_path):
 
 
 def test_unknown_trainer_kwargs_are_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="trainer_kwargs: AccelerateSFTTrainer does not accept bogus"):
+    with pytest.raises(ConfigError, match="trainer_kwargs: the accelerate engine does not accept bogus"):
         run("sft", tmp_path, config_overrides=dict(train=dict(trainer_kwargs=dict(bogus=1))))
 
 

@@ -48,4 +48,4 @@ def test_ppo_with_lora_on_two_processes(tmp_path):
 @pytest.mark.slow
 def test_ilql_on_two_processes(tmp_path):
     torchrun("ilql", tmp_path)
-    assert (tmp_path / "ckpts" / "checkpoint_4" / "trainer_state_1.pt").is_file()
+    assert (tmp_path / "ckpts" / "checkpoint_4" / "loop_state_1.pt").is_file()

@@ -8,7 +8,7 @@ import torch
 
 import t5_walks_setup
 import walks_setup
-from rlkit_accelerate.trainers.ppo import AcceleratePPOTrainer
+from rlkit_accelerate.trainers import AcceleratePPOTrainer
 from rlkit_methods.common.stats import logprobs_of_labels
 from rlkit_methods.data.prompts import PromptPipeline
 

@@ -89,7 +89,7 @@ def test_causal_sft_loss_is_peft_own_loss_for_left_and_right_padding(kind, tmp_p
         expected = trainer.unwrapped_model(input_ids=right["input_ids"], attention_mask=right["attention_mask"],
                                            labels=right["labels"]).loss
         for side, batch in batches.items():
-            torch.testing.assert_close(trainer.loss(batch)[0], expected)
+            torch.testing.assert_close(trainer.loss(trainer.engine.forward("tokens", batch), batch)[0], expected)
 
 
 @pytest.mark.parametrize("method", ["ppo", "ilql"])

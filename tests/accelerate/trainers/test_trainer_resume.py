@@ -51,8 +51,8 @@ def commit_or_die(final):
         os.kill(os.getpid(), signal.SIGKILL)
     return real_commit(final)
 
-import rlkit_accelerate.trainers.base as base
-base.commit_temporary = commit_or_die
+import rlkit_methods.loop.trainer as loop
+loop.commit_temporary = commit_or_die
 from pathlib import Path
 from walks_setup import run
 run("ilql", Path({tmp!r}), config_overrides=dict(train=dict(total_steps=6, checkpoint_interval=2)))

@@ -28,7 +28,7 @@ def test_trainer_runs_logs_and_checkpoints(method, tmp_path):
     for step in (2, 4):
         ckpt = tmp_path / "ckpts" / f"checkpoint_{step}"
         assert is_complete(ckpt)
-        assert (ckpt / "config.yml").is_file() and (ckpt / "trainer_state_0.pt").is_file()
+        assert (ckpt / "config.yml").is_file() and (ckpt / "loop_state_0.pt").is_file()
         assert (ckpt / "hf_model" / "config.json").is_file() and (ckpt / "accelerate").is_dir()
     names = observer.names()
     assert names.count("rlkit_step_end") == 4 and names.count("rlkit_checkpoint_saved") == 2
@@ -74,7 +74,7 @@ def test_best_checkpoint_follows_the_eval_metric(tmp_path):
     assert is_complete(best)
     evals = [r for r in read_metrics(tmp_path / "ckpts" / "logs") if r["kind"] == "eval" and r["step"] > 0]
     best_step = max(evals, key=lambda r: r["reward/mean"])["step"]
-    state = torch.load(best / "trainer_state_0.pt", weights_only=False)
+    state = torch.load(best / "loop_state_0.pt", weights_only=True)
     assert state["iter_count"] == best_step
 
 

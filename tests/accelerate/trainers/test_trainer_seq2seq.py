@@ -76,7 +76,7 @@ def test_sft_loss_is_transformers_own_seq2seq_loss(tmp_path):
     assert (batch["labels"] == -100).any()
     trainer.model.eval()
     with torch.no_grad():
-        loss, _ = trainer.loss(batch)
+        loss, _ = trainer.loss(trainer.engine.forward("tokens", batch), batch)
         expected = trainer.unwrapped_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
     assert torch.allclose(loss, expected)
 
@@ -187,4 +187,4 @@ def test_seq2seq_ilql_on_two_processes(tmp_path):
     assert torch.equal(finals[0]["weights"], finals[1]["weights"])  # DDP kept the replicas identical
     metrics = [{k: v for k, v in f["eval"].items() if k.startswith("metrics/")} for f in finals]
     assert metrics[0] == metrics[1] and "metrics/optimality@beta=1" in metrics[0]  # scored once, broadcast
-    assert (tmp_path / "ckpts" / "checkpoint_4" / "trainer_state_1.pt").is_file()
+    assert (tmp_path / "ckpts" / "checkpoint_4" / "loop_state_1.pt").is_file()

@@ -16,11 +16,12 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
 import walks_setup  # noqa: E402
 from tiny_models import build  # noqa: E402
 
+from rlkit_accelerate.engine import AccelerateEngine  # noqa: E402
 from rlkit_accelerate.models.policy import CausalLMWithValueHead  # noqa: E402
-from rlkit_accelerate.trainers.ppo import AcceleratePPOTrainer  # noqa: E402
+from rlkit_accelerate.trainers import AcceleratePPOTrainer  # noqa: E402
 
 
-ORIGINAL_LOSS = AcceleratePPOTrainer.loss
+ORIGINAL_FORWARD = AccelerateEngine._forward
 
 
 def llama_config(*args, **kwargs):  # no dropout anywhere: the trunk is the same every time
@@ -34,16 +35,18 @@ def train_ppo(tmp_path, monkeypatch, cache: bool):
     monkeypatch.setattr(AcceleratePPOTrainer, "cache_trunk", cache)
     calls = {"loss": 0, "trunk block in loss": 0}
 
-    def counting_loss(self, batch):
+    def counting_forward(self, kind, model, batch, want, *, train):
+        if not train:
+            return ORIGINAL_FORWARD(self, kind, model, batch, want, train=train)
         first_block = self.unwrapped_model.layout.blocks[0]
         handle = first_block.register_forward_hook(lambda *_: calls.__setitem__("trunk block in loss", calls["trunk block in loss"] + 1))
         try:
             calls["loss"] += 1
-            return ORIGINAL_LOSS(self, batch)
+            return ORIGINAL_FORWARD(self, kind, model, batch, want, train=train)
         finally:
             handle.remove()
 
-    monkeypatch.setattr(AcceleratePPOTrainer, "loss", counting_loss)
+    monkeypatch.setattr(AccelerateEngine, "_forward", counting_forward)
     try:
         trainer = walks_setup.run("ppo", tmp_path, config_overrides=dict(model=dict(num_layers_unfrozen=1), train=dict(total_steps=4, minibatch_size=4)))
     finally:

@@ -1,8 +1,8 @@
 """Masked statistics, whitening and running moments, the same on one or many processes.
 
 One definition everywhere: mean and variance are population moments over the entries that
-``mask`` keeps (all entries when there is no mask); under ``torch.distributed`` the sums
-``(sum x, sum x^2, count)`` are all-reduced first, so two processes holding halves of a
+``mask`` keeps (all entries when there is no mask); given ``all_reduce`` (the engine's sum
+over data-parallel ranks) the sums are reduced first, so two processes holding halves of a
 batch get exactly what one process holding the whole batch gets.
 
     mean = sum(m * x) / sum(m)
@@ -12,30 +12,27 @@ batch get exactly what one process holding the whole batch gets.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 import torch
-import torch.distributed as dist
 
-
-def _distributed(distributed: bool) -> bool:
-    return distributed and dist.is_available() and dist.is_initialized()
+AllReduce = Optional[Callable[[torch.Tensor], torch.Tensor]]
 
 
 def masked_moments(
-    xs: torch.Tensor, mask: torch.Tensor | None = None, *, distributed: bool = True
+    xs: torch.Tensor, mask: torch.Tensor | None = None, *, all_reduce: AllReduce = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(mean, population variance, count) of ``xs`` over ``mask`` (and over processes)."""
-    xs = xs.float()
+    """(mean, population variance, count) of ``xs`` over ``mask`` (and over ranks)."""
+    xs = xs if xs.dtype == torch.float64 else xs.float()  # float64 stays float64 (RunningMoments)
     m = torch.ones_like(xs) if mask is None else mask.to(xs.dtype)
     sums = torch.stack([(xs * m).sum(), m.sum()])  # (2,)
-    if _distributed(distributed):
-        dist.all_reduce(sums)
+    if all_reduce is not None:
+        sums = all_reduce(sums)
     total, count = sums[0], sums[1]
     mean = total / count.clamp(min=1)
     sq = ((xs - mean) ** 2 * m).sum()
-    if _distributed(distributed):
-        dist.all_reduce(sq)
+    if all_reduce is not None:
+        sq = all_reduce(sq.reshape(1))[0]
     var = sq / count.clamp(min=1)
     return mean, var, count
 
@@ -51,13 +48,16 @@ def masked_mean(xs: torch.Tensor, mask: torch.Tensor | None = None, dim: int | N
 
 
 def whiten(
-    xs: torch.Tensor, mask: torch.Tensor | None = None, *, shift_mean: bool = True, distributed: bool = True
+    xs: torch.Tensor, mask: torch.Tensor | bool | None = None, *, shift_mean: bool = True, all_reduce: AllReduce = None
 ) -> torch.Tensor:
     """(x - mean) / sqrt(var + 1e-8) over the masked entries; masked-out entries become 0.
 
-    With ``shift_mean=False`` the mean is added back (only the scale changes).
+    With ``shift_mean=False`` the mean is added back (only the scale changes). trlX's call
+    ``whiten(xs, shift_mean)`` reads the same: a bool in the second place is ``shift_mean``.
     """
-    mean, var, _ = masked_moments(xs, mask, distributed=distributed)
+    if isinstance(mask, bool):  # trlX's positional shift_mean, not a mask
+        mask, shift_mean = None, mask
+    mean, var, _ = masked_moments(xs, mask, all_reduce=all_reduce)
     whitened = (xs - mean) * torch.rsqrt(var + 1e-8)
     if not shift_mean:
         whitened = whitened + mean
@@ -75,35 +75,45 @@ class RunningMoments:
         mu   <- mu + delta * n_b / N
         var  <- (var * n + var_b * n_b + delta^2 * n * n_b / N) / N
         std  <- sqrt(var * N / (N - 1))          (unbiased)
+
+    As trlX's: ``update`` returns the batch's (mean, unbiased std) as 0-d tensors, and
+    ``mean``, ``var`` and ``std`` are tensors after the first update, in the batch's float
+    dtype. The sums are kept in float64, so long runs do not drift.
     """
 
     def __init__(self) -> None:
-        self.mean = 0.0
-        self.var = 1.0
-        self.std = 1.0
+        self.mean: Any = 0.0
+        self.var: Any = 1.0
+        self.std: Any = 1.0
         self.count = 1e-24
+        self._moments = (0.0, 1.0)  # (mean, var) in float64
 
-    def update(self, xs: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[float, float]:
-        """Fold a batch in; returns the batch's (mean, unbiased std)."""
-        xs_mean, xs_var, xs_count = (t.item() for t in masked_moments(xs, mask))
+    def update(self, xs: torch.Tensor, mask: torch.Tensor | None = None, all_reduce: AllReduce = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fold a batch in (every rank's); returns the batch's (mean, unbiased std)."""
+        dtype = xs.dtype if xs.is_floating_point() else torch.float32
+        xs_mean, xs_var, xs_count = (t.item() for t in masked_moments(xs.double(), mask, all_reduce=all_reduce))
         if xs_count == 0:
-            return float("nan"), float("nan")
-        delta = xs_mean - self.mean
+            return torch.tensor(float("nan"), dtype=dtype), torch.tensor(float("nan"), dtype=dtype)
+        mean, var = self._moments
+        delta = xs_mean - mean
         tot_count = self.count + xs_count
-        old_sum = self.var * self.count + delta**2 * self.count * xs_count / tot_count
-        tot_sum = old_sum + xs_var * xs_count
-        self.mean += delta * xs_count / tot_count
-        self.var = tot_sum / tot_count
-        self.std = (self.var * tot_count / max(tot_count - 1, 1e-24)) ** 0.5
-        self.count = tot_count
+        old_sum = var * self.count + delta**2 * self.count * xs_count / tot_count
+        mean += delta * xs_count / tot_count
+        var = (old_sum + xs_var * xs_count) / tot_count
+        std = (var * tot_count / max(tot_count - 1, 1e-24)) ** 0.5
+        self._moments, self.count = (mean, var), tot_count
+        self.mean, self.var, self.std = (torch.tensor(v, dtype=dtype) for v in (mean, var, std))
         batch_std = (xs_var * xs_count / (xs_count - 1)) ** 0.5 if xs_count > 1 else 0.0
-        return xs_mean, batch_std
+        return torch.tensor(xs_mean, dtype=dtype), torch.tensor(batch_std, dtype=dtype)
 
     def state_dict(self) -> dict[str, float]:
-        return {"mean": self.mean, "var": self.var, "std": self.std, "count": self.count}
+        mean, var = self._moments
+        return {"mean": mean, "var": var, "std": float(self.std), "count": self.count}
 
     def load_state_dict(self, state: Mapping[str, float]) -> None:
-        self.mean, self.var, self.std, self.count = (float(state[k]) for k in ("mean", "var", "std", "count"))
+        mean, var, std, self.count = (float(state[k]) for k in ("mean", "var", "std", "count"))
+        self._moments = (mean, var)
+        self.mean, self.var, self.std = (torch.tensor(v, dtype=torch.float64) for v in (mean, var, std))
 
 
 def logprobs_of_labels(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -189,14 +189,16 @@ def scale_scores(
     running_std: float | None = None,
     ref_std: float | None = None,
     mask: torch.Tensor | None = None,
+    all_reduce=None,
 ) -> torch.Tensor:
     """Reward scaling: ``running`` divides by the running std of all scores so far, ``ref``
     by the std of the first rollout batch (or ``method.ref_std``), ``whiten`` whitens the
-    batch; ``None``/``ignored`` leaves scores unchanged. A zero std leaves scores unscaled."""
+    batch (over data-parallel ranks with ``all_reduce``); ``None``/``ignored`` leaves scores
+    unchanged. A zero std leaves scores unscaled."""
     if scale_reward in (None, "ignored"):
         return scores
     if scale_reward == "whiten":
-        return whiten(scores, mask)
+        return whiten(scores, mask, all_reduce=all_reduce)
     std = {"running": running_std, "ref": ref_std}.get(scale_reward)
     if scale_reward not in ("running", "ref"):
         raise ValueError(f"scale_reward: must be one of None, 'ignored', 'running', 'ref', 'whiten', got {scale_reward!r}")

@@ -1,0 +1,70 @@
+"""The model a method asks for (:class:`rlkit_core.engine.ModelSpec`), built from the config:
+the base LM of ``model.model_path`` (causal, or encoder-decoder for ``model_arch_type:
+seq2seq``), with PEFT adapters, and the heads and reference of the spec."""
+
+from __future__ import annotations
+
+from rlkit_core.errors import ConfigError
+from rlkit_accelerate import assets
+from rlkit_accelerate.models.adapters import apply_peft, is_peft_model
+from rlkit_accelerate.models.loading import load_lm
+
+
+def load_base_model(config, *, prompt_learning: bool = False):
+    """The LM named by ``model.model_path``: a folder, a model source such as
+    ``smollm2-135m``, a transformers config or model, or (in YAML) a mapping with
+    ``model_type`` and config fields for a model trained from scratch. ``model_extra_configs``
+    go to the loader. ``prompt_learning`` admits peft's prompt-learning types (SFT only)."""
+    path = config.model.model_path
+    if isinstance(path, dict):
+        from transformers import AutoConfig
+
+        fields = dict(path)
+        try:
+            path = AutoConfig.for_model(fields.pop("model_type"), **fields)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"model.model_path: a mapping needs a known model_type and its config fields ({exc})") from None
+    arch = config.model.model_arch_type
+    model = load_lm(assets.resolve(path), arch, **config.model.model_extra_configs)
+    task_type = "SEQ_2_SEQ_LM" if arch == "seq2seq" else "CAUSAL_LM"
+    return apply_peft(model, config.model.peft_config, task_type=task_type, prompt_learning=prompt_learning)
+
+
+def is_seq2seq(config) -> bool:
+    return config.model.model_arch_type == "seq2seq"
+
+
+def build_model(config, spec):
+    """The wrapper for ``spec.heads``: the plain LM (``lm``), a policy with a value head and
+    its exact reference (``value``), or an LM with ILQL heads (``ilql``)."""
+    from rlkit_accelerate.models import CausalLMWithILQLHeads, CausalLMWithValueHead
+    from rlkit_accelerate.models.seq2seq import Seq2SeqLMWithValueHead
+    from rlkit_accelerate.models.seq2seq_ilql import Seq2SeqLMWithILQLHeads
+
+    seq2seq = is_seq2seq(config)
+    options = dict(spec.options)
+    if spec.heads == "lm":
+        return plain_lm(config, spec.num_layers_unfrozen, prompt_learning=options.get("prompt_learning", False))
+    if spec.heads == "value":
+        policy = Seq2SeqLMWithValueHead if seq2seq else CausalLMWithValueHead
+        return policy(load_base_model(config), num_layers_unfrozen=spec.num_layers_unfrozen,
+                      num_value_layers_unfrozen=options.get("num_value_layers_unfrozen", 0))
+    heads = Seq2SeqLMWithILQLHeads if seq2seq else CausalLMWithILQLHeads
+    return heads(load_base_model(config), two_qs=options.get("two_qs", True), alpha=options.get("alpha", 0.99),
+                 num_layers_unfrozen=spec.num_layers_unfrozen)
+
+
+def plain_lm(config, num_layers_unfrozen: int, *, prompt_learning: bool):
+    """The LM alone (SFT), its lower blocks frozen; peft (prompt learning included) when asked."""
+    from rlkit_accelerate.models import find_layout, freeze_trunk
+    from rlkit_accelerate.models.policy import check_unfrozen
+    from rlkit_accelerate.models.seq2seq import find_seq2seq_layout
+
+    model = load_base_model(config, prompt_learning=prompt_learning)
+    if is_peft_model(model):
+        return model  # peft froze everything but the adapters
+    layout = find_seq2seq_layout(model) if is_seq2seq(config) else find_layout(model)
+    check_unfrozen("num_layers_unfrozen", num_layers_unfrozen, layout.num_blocks, allow_all=True)
+    freeze_trunk(model, layout, num_layers_unfrozen)
+    return model
+

@@ -1,0 +1,254 @@
+"""``AccelerateEngine``: rlkit's engine interface (``rlkit_core.engine``) on HF transformers
+and accelerate — DDP, DeepSpeed ZeRO, FSDP, PEFT, seq2seq.
+
+It builds the model a method asks for (:mod:`rlkit_accelerate.build`), runs its forward
+kinds (:mod:`rlkit_accelerate.forwards`), samples with whole weights on every rank
+(:mod:`rlkit_accelerate.sharding`), steps the optimizer over micro-batches with gradient
+accumulation, and saves, loads and exports the weights. It knows nothing of PPO or ILQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list, gather_object, set_seed
+
+from rlkit_core.engine import ModelSpec, QGuidance, check_forward_kind
+from rlkit_core.errors import ConfigError, RlkitError
+from rlkit_methods.data.tokenizers import load_tokenizer
+from rlkit_methods.loop.batching import split_microbatches
+
+from rlkit_accelerate import assets
+from rlkit_accelerate.build import build_model, is_seq2seq
+from rlkit_accelerate.forwards import ilql_forward, response_forward, tokens_forward
+from rlkit_accelerate.models.adapters import save_base_model, virtual_tokens
+from rlkit_accelerate.optim import make_optimizer, make_scheduler
+from rlkit_accelerate.sharding import (
+    configure_deepspeed,
+    expose_block_classes,
+    full_parameters,
+    full_state_dict,
+    whole_model_construction,
+)
+
+SCHEDULER_FILE = "scheduler.json"
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor of a tensor, dict, list or dataclass batch to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, list):
+        return [to_device(v, device) for v in batch]
+    if hasattr(batch, "__dataclass_fields__"):
+        return type(batch)(**{k: to_device(getattr(batch, k), device) for k in batch.__dataclass_fields__})
+    return batch
+
+
+def to_cpu(outputs: dict[str, Any]) -> dict[str, Any]:
+    def move(value):
+        if isinstance(value, torch.Tensor):
+            return value.cpu()
+        if isinstance(value, (list, tuple)):
+            return type(value)(move(v) for v in value)
+        return value
+
+    return {k: move(v) for k, v in outputs.items()}
+
+
+class AccelerateEngine:
+    def __init__(self, config, **kwargs):
+        if kwargs:
+            raise ConfigError(f"train.trainer_kwargs: the accelerate engine does not accept {', '.join(sorted(kwargs))}")
+        self.config = config
+        # accelerate runs several CPU processes (torchrun, gloo) only when told it is on CPU
+        multi_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+        self.accelerator = Accelerator(cpu=multi_cpu)
+        # fixed for the run; kept here so the trainer still answers after accelerate's state is reset
+        self.is_main_process = self.accelerator.is_main_process
+        self.process_index = self.accelerator.process_index
+        self.num_processes = self.accelerator.num_processes
+        self.device = self.accelerator.device
+        set_seed(config.train.seed)  # before the model: a model built from a config is the same everywhere
+        self.tokenizer = load_tokenizer(config.tokenizer, assets.resolve)
+        self.model = self.opt = self.scheduler = None
+        self.virtual_tokens = 0
+
+    # --- facts -------------------------------------------------------------------------------
+
+    @property
+    def is_seq2seq(self) -> bool:
+        return is_seq2seq(self.config)
+
+    def batch_sizes(self) -> tuple[int, int]:
+        train = self.config.train
+        return train.batch_size, train.minibatch_size or train.batch_size
+
+    @property
+    def unwrapped_model(self) -> torch.nn.Module:
+        return self.accelerator.unwrap_model(self.model)  # never reach through the DDP wrapper
+
+    @property
+    def decoder_start_token_id(self) -> int:
+        return self.unwrapped_model.layout.decoder_start_token_id
+
+    # --- the model ---------------------------------------------------------------------------
+
+    def build(self, spec: ModelSpec) -> None:
+        config = self.config
+        self.spec = spec
+        with whole_model_construction(self.accelerator):
+            model = build_model(config, spec)
+        self.virtual_tokens = virtual_tokens(model) if spec.heads == "lm" else 0
+        model.to(self.device)
+        self.opt = make_optimizer(config.optimizer.name, config.optimizer.kwargs, model.parameters())
+        self.scheduler = make_scheduler(config.scheduler.name, config.scheduler.kwargs, self.opt)
+        configure_deepspeed(self.accelerator, *self.batch_sizes(), config.train.max_grad_norm)
+        expose_block_classes(model)
+        self.model, self.opt = self.accelerator.prepare(model, self.opt)
+
+    @contextmanager
+    def evaluating(self):
+        """The unwrapped model in eval mode (no dropout, whoever calls and whenever: after
+        training the model is left training) with whole weights (ZeRO-3, FSDP), so that
+        ranks running different numbers of forward passes need no collectives."""
+        model = self.unwrapped_model
+        was_training = model.training
+        model.eval()
+        try:
+            with full_parameters(self.model):
+                yield model
+        finally:
+            model.train(was_training)
+
+    @torch.no_grad()
+    def generate(self, input_ids, attention_mask=None, *, guidance: QGuidance | None = None, **gen_kwargs) -> torch.Tensor:
+        device = self.device
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        with self.evaluating() as model:
+            if self.spec.heads == "ilql":  # Q-guided decoding: the model's own loop over its heads
+                guidance = guidance or QGuidance()
+                if guidance.logit_mask is not None:
+                    gen_kwargs.setdefault("logit_mask", guidance.logit_mask)
+                gen_kwargs.setdefault("beta", guidance.beta)
+                return model.generate(input_ids, attention_mask, **gen_kwargs).cpu()
+            out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+        if self.spec.heads == "lm" and self.is_seq2seq:
+            # the decoder's output starts with its start token: prompt + new tokens, as for causal LMs
+            out = torch.cat([input_ids, out[:, 1:]], dim=1)
+        return out.cpu()
+
+    def _forward(self, kind: str, model, batch, want: Sequence[str], *, train: bool) -> dict[str, Any]:
+        if kind == "response":
+            return response_forward(model, self.unwrapped_model, batch, want, train=train)
+        if kind == "tokens":
+            return tokens_forward(model, self.unwrapped_model, batch, seq2seq=self.is_seq2seq, virtual_tokens=self.virtual_tokens)
+        return ilql_forward(model, batch, seq2seq=self.is_seq2seq)
+
+    @torch.no_grad()
+    def forward(self, kind: str, batch: Any, want: Sequence[str] = ()) -> dict[str, Any]:
+        check_forward_kind(kind)
+        with self.evaluating() as model:  # the unwrapped model runs outside FSDP's root forward
+            return to_cpu(self._forward(kind, model, to_device(batch, self.device), want, train=False))
+
+    def step(self, kind: str, items: Sequence[Any], collate: Callable, loss: Callable) -> dict[str, float]:
+        """One optimizer step over ``items`` in micro-batches of ``train.minibatch_size``."""
+        check_forward_kind(kind)
+        acc = self.accelerator
+        self.model.train()  # dropout on while learning (trlX trained in eval mode)
+        micro = split_microbatches(list(items), self.batch_sizes()[1])
+        stats_sum: dict[str, float] = {}
+        forward_time = backward_time = 0.0
+        for k, mb in enumerate(micro):
+            batch = to_device(collate(mb), self.device)
+            last = k == len(micro) - 1
+            # DeepSpeed steps its engine inside backward whenever gradients sync: only the last
+            acc.gradient_state._set_sync_gradients(last)
+            with nullcontext() if last else acc.no_sync(self.model):
+                start = time.time()
+                value, stats = loss(self._forward(kind, self.model, batch, (), train=True), batch)
+                forward_time += time.time() - start
+                start = time.time()
+                acc.backward(value * len(mb) / len(items))
+                backward_time += time.time() - start
+            for name, v in stats.items():
+                stats_sum[name] = stats_sum.get(name, 0.0) + float(v) * len(mb) / len(items)
+        if self.config.train.max_grad_norm:
+            norm = acc.clip_grad_norm_(self.model.parameters(), self.config.train.max_grad_norm)
+            if norm is not None:  # DeepSpeed clips inside its step and may not report the norm
+                stats_sum["policy/grad_norm"] = float(norm)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        stats_sum["time/forward"] = forward_time
+        stats_sum["time/backward"] = backward_time
+        for group, lr in enumerate(self.scheduler.get_last_lr()):
+            stats_sum[f"learning_rate_group_{group}"] = lr
+        return stats_sum
+
+    def sync_target(self, alpha: float) -> None:
+        self.unwrapped_model.sync_target_q_heads(alpha)
+
+    # --- collectives ---------------------------------------------------------------------------
+
+    def gather_object(self, obj: Any) -> list[Any]:
+        return gather_object([obj]) if self.num_processes > 1 else [obj]
+
+    def broadcast_object(self, obj: Any) -> Any:
+        box = [obj]
+        if self.num_processes > 1:
+            broadcast_object_list(box)
+        return box[0]
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.num_processes == 1:
+            return tensor.clone()
+        return self.accelerator.reduce(tensor.to(self.device), reduction="sum").to(tensor.device)
+
+    def barrier(self) -> None:
+        self.accelerator.wait_for_everyone()
+
+    # --- state -----------------------------------------------------------------------------------
+
+    def save_state(self, directory) -> None:
+        directory = Path(directory)
+        self.accelerator.save_state(str(directory / "accelerate"), safe_serialization=False)
+        if self.is_main_process:
+            (directory / SCHEDULER_FILE).write_text(json.dumps(self.scheduler.state_dict()))
+        self.export(directory / "hf_model", _barrier=False)
+
+    def load_state(self, directory) -> None:
+        directory = Path(directory)
+        try:
+            self.accelerator.load_state(str(directory / "accelerate"))
+        except (RuntimeError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RlkitError(f"{directory}: the checkpoint does not fit this model ({first[:200]}); "
+                             f"resume with the config it was saved with") from None
+        self.scheduler.load_state_dict(json.loads((directory / SCHEDULER_FILE).read_text()))
+
+    def export(self, directory, *, merge_adapters: bool = False, _barrier: bool = True, **kwargs) -> None:
+        """Written by the main process; every rank calls it (a sharded model is gathered first)."""
+        if _barrier:
+            self.barrier()
+        state = full_state_dict(self.model)  # None unless sharded
+        if self.is_main_process:
+            model, directory = self.unwrapped_model, Path(directory)
+            if getattr(model, "heads_file", None):  # a wrapper with rlkit heads
+                model.save_pretrained(directory, merge_adapters=merge_adapters, state_dict=state, **kwargs)
+            else:
+                save_base_model(model, directory, merge_adapters, state, **kwargs)
+            self.tokenizer.save_pretrained(directory)
+        if _barrier:
+            self.barrier()

@@ -1,1 +1,0 @@
-"""The accelerate trainers (imported by name from the plugin's registrations)."""

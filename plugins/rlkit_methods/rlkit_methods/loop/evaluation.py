@@ -1,0 +1,115 @@
+"""Evaluation and scoring, shared by every method and engine.
+
+trlX's sweep: a list-valued generation setting (``gen_kwargs.beta: [0, 1, 100]``) is
+evaluated once per value, each metric suffixed ``@beta=1``. Every data-parallel rank
+generates for its share of the eval prompts; the rows are gathered, the reward and metric
+functions run once per sample on the main process, and the results reach every rank.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from rlkit_core.errors import ConfigError, RlkitError
+
+from rlkit_methods.loop.batching import pass_batches
+
+NOT_METADATA = ("input_ids", "attention_mask", "position_ids")
+
+
+def generation_settings(gen_kwargs: dict[str, Any], tokenizer) -> tuple[dict[str, Any], tuple[str, list] | None]:
+    """(settings with the first value of a swept one, (swept key, values) or None)."""
+    kwargs, sweep = {}, None
+    for key, value in dict(gen_kwargs).items():
+        if isinstance(value, list):
+            if sweep is not None:
+                raise ConfigError(f"method.gen_kwargs.{key}: only one setting may be a list (already sweeping {sweep[0]})")
+            sweep, value = (key, value), value[0]
+        kwargs[key] = value
+    kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
+    kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
+    return kwargs, sweep
+
+
+def call_scorer(fn: Callable, kind: str, step: int, samples, prompts, outputs, metadata, tokenizer):
+    """Call a reward or metric function trlX's way; a failure names the function and the step."""
+    try:
+        return fn(samples=samples, prompts=prompts, outputs=outputs, tokenizer=tokenizer, **metadata)
+    except Exception as exc:
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        raise RlkitError(f"{kind} function {name} failed at step {step}: {type(exc).__name__}: {exc}") from exc
+
+
+def generate_rows(trainer, extra_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Generate for this rank's eval prompts; every rank gets all rows, in prompt order."""
+    pipeline, engine = trainer.eval_pipeline, trainer.engine
+    batches = pass_batches(len(pipeline), trainer.eval_batch_size, seed=0, pass_index=0,
+                           rank=engine.process_index, world_size=engine.num_processes, shuffle=False)
+    rows = []
+    for indices in batches:
+        batch = pipeline.collate([pipeline[i] for i in indices])
+        samples = trainer.generate_eval(batch["input_ids"], batch["attention_mask"], **extra_kwargs)
+        width = batch["input_ids"].shape[1]
+        for j, index in enumerate(indices):
+            prompt = batch["input_ids"][j][batch["attention_mask"][j].bool()].tolist()
+            metadata = {k: v[j] for k, v in batch.items() if k not in NOT_METADATA}
+            rows.append({"index": index, "prompt_ids": prompt, "output_ids": samples[j, width:].tolist(), "metadata": metadata})
+    rows = [row for part in engine.gather_object(rows) for row in part]
+    unique = {row["index"]: row for row in rows}  # padded batches repeat a few prompts
+    return [unique[i] for i in sorted(unique)]
+
+
+def score_rows(trainer, rows: list[dict[str, Any]], suffix: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Decode, score on the main process, and return (stats, sample dicts) on every rank."""
+    from rlkit_methods.common.validate import check_scores
+
+    stats: dict[str, Any] = {}
+    prompts = [r["prompt_ids"] for r in rows]
+    str_samples, str_prompts, str_outputs = trainer.decode(prompts, [r["prompt_ids"] + r["output_ids"] for r in rows])
+    metadata = {k: [r["metadata"][k] for r in rows] for k in (rows[0]["metadata"] if rows else {})}
+    out = [{"prompt": p, "output": o} for p, o in zip(str_prompts, str_outputs)]
+    result: dict[str, Any] = {}
+    if trainer.is_main_process:
+        args = (str_samples, str_prompts, str_outputs, metadata, trainer.tokenizer)
+        if trainer.reward_fn is not None:
+            rewards = check_scores(call_scorer(trainer.reward_fn, "reward", trainer.iter_count, *args), len(rows))
+            result["rewards"] = [float(sum(r)) if isinstance(r, (list, tuple)) else float(r) for r in rewards]
+        if trainer.metric_fn is not None:
+            result["metrics"] = check_metrics(call_scorer(trainer.metric_fn, "metric", trainer.iter_count, *args),
+                                              trainer.metric_fn, len(rows))
+    result = trainer.engine.broadcast_object(result)
+    if "rewards" in result:
+        stats[f"reward/mean{suffix}"] = sum(result["rewards"]) / max(len(result["rewards"]), 1)
+        for row, reward in zip(out, result["rewards"]):
+            row["reward"] = reward
+    for name, values in result.get("metrics", {}).items():
+        stats[f"metrics/{name}{suffix}"] = sum(values) / max(len(values), 1)
+        if len(values) == len(out):
+            for row, v in zip(out, values):
+                row[name] = v
+    return stats, out
+
+
+def check_metrics(metrics: Any, fn: Callable, n: int) -> dict[str, list[float]]:
+    """trlX's metric contract: a dict of name -> one number per sample (or one number)."""
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    if not isinstance(metrics, dict):
+        raise RlkitError(f"metric function {name} returned {type(metrics).__name__}; return a dict of name -> list of numbers")
+    out = {}
+    for key, values in metrics.items():
+        values = values if isinstance(values, (list, tuple)) else [values]
+        try:
+            values = [float(v) for v in values]
+        except (TypeError, ValueError):
+            raise RlkitError(f"metric function {name}: metric {key!r} holds non-numbers; return numbers") from None
+        if len(values) not in (1, n):
+            raise RlkitError(f"metric function {name}: metric {key!r} has {len(values)} values for {n} samples; return one per sample")
+        out[key] = values
+    return out
+
+
+def best_score(stats: dict[str, Any]) -> float:
+    """What ``train.save_best`` compares: the mean reward, else ``metrics/reward``."""
+    score = stats.get("reward/mean", stats.get("metrics/reward", -math.inf))
+    return score if isinstance(score, (int, float)) and math.isfinite(score) else -math.inf
