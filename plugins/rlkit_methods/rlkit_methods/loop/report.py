@@ -234,6 +234,7 @@ def figure(info: dict[str, Any]):
 
     matplotlib.use("Agg")  # no screen needed
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     records = read_metrics(info["logs"])
     panels = [panel for panel in eval_panels(list(info.get("scores", {}))) + PANELS
@@ -252,6 +253,7 @@ def figure(info: dict[str, Any]):
             handles, labels = handles + more[0], labels + more[1]
         ax.set_title(title)
         ax.set_xlabel("optimizer step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(handles, labels, fontsize=8)
