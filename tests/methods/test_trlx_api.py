@@ -203,3 +203,41 @@ def test_logging_sets_every_rlkit_logger_and_turns_progress_off(capsys, monkeypa
     with progress(4, 0, enabled=True) as bar:
         bar.update(4, {"loss": 1.0})
     assert "progress: step" in capsys.readouterr().err
+
+
+# --- trlx.utils.modeling statistics ---------------------------------------------------------
+
+
+def test_running_moments_return_tensors_like_trlx():
+    from rlkit_methods.common.stats import RunningMoments
+
+    moments = RunningMoments()
+    batches = [torch.arange(100, dtype=torch.float64), torch.ones(100, dtype=torch.float64),
+               torch.exp(torch.arange(10, dtype=torch.float64)), torch.tensor([-10.0, -1, 0, 1, 10], dtype=torch.float64)]
+    for batch in batches:
+        mean, std = moments.update(batch)
+        assert isinstance(std, torch.Tensor) and std.dtype == torch.float64
+        assert torch.isclose(mean, batch.mean(), atol=1e-6) and torch.isclose(std, batch.std(), atol=1e-6)
+    everything = torch.cat(batches)
+    assert torch.isclose(moments.mean, everything.mean(), atol=1e-6)
+    assert torch.isclose(moments.std, everything.std(), atol=1e-6)
+    # float32 scores give float32 results; the running sums stay float64
+    small = RunningMoments()
+    mean, std = small.update(torch.tensor([1.0, 2.0, 4.0]))
+    assert mean.dtype == std.dtype == small.std.dtype == torch.float32
+    restored = RunningMoments()
+    restored.load_state_dict(small.state_dict())
+    assert float(restored.std) == pytest.approx(float(small.std)) and restored.count == small.count
+
+
+def test_whiten_reads_trlx_positional_shift_mean():
+    from rlkit_methods.common.stats import logprobs_of_labels, whiten
+
+    xs = torch.tensor([1.0, 2.0, 3.0, 6.0])
+    centred = whiten(xs)
+    assert centred.mean().abs() < 1e-6
+    kept = whiten(xs, False)  # trlX: whiten(xs, shift_mean=False)
+    assert torch.allclose(kept, centred + xs.mean())
+    assert torch.equal(whiten(xs, shift_mean=False), kept)
+    logits = torch.tensor([[[0.0, 0.0], [2.0, 0.0]]])
+    assert torch.allclose(logprobs_of_labels(logits, torch.tensor([[1, 0]])), torch.log_softmax(logits, -1)[0, [0, 1], [1, 0]])
