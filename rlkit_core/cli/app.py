@@ -102,6 +102,9 @@ def run(
         if not DEFAULT_CONFIG.is_file():
             raise ConfigError(f"no CONFIG given and the main job's config {DEFAULT_CONFIG} is missing; reinstall rlkit-core or pass a config file")
         config = DEFAULT_CONFIG
+    from rlkit_core.cli.output import show_rlkit_logs
+
+    show_rlkit_logs()  # e.g. "converting ... once": a first run is otherwise silent for a minute
     train_from_config(_preflight(_load(config, set_, plugin)))
 
 

@@ -115,3 +115,31 @@ def test_no_torch_for_help_and_version(command, tmp_path):
     code = f"from rlkit_core.cli import main; raise SystemExit(main({command!r}))"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_run_shows_rlkit_log_records_on_stderr(fake_host, capsys, tmp_path, monkeypatch):
+    """A first run converts a model for a minute: its one info line reaches the user."""
+    import logging
+
+    import yaml
+
+    from rlkit_core.testing import config_dict
+    from rlkit_core.testing.fakes import FakeTrainer
+
+    def learn(self):
+        logging.getLogger("rlkit_methods.some_module").info("converting the model once")
+        logging.getLogger("rlkit_methods.some_module").debug("not shown")
+        logging.getLogger("thirdparty").info("not ours, not shown")
+
+    monkeypatch.setattr(FakeTrainer, "learn", learn)
+    for name in ("rlkit_core", "rlkit_methods", "rlkit_accelerate", "rlkit_nemo"):
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "handlers", [])
+        monkeypatch.setattr(logger, "level", logging.NOTSET)
+        monkeypatch.setattr(logger, "propagate", True)
+    path = tmp_path / "c.yml"
+    path.write_text(yaml.safe_dump(config_dict(reward="constant")))
+    code, _, err = run_cli(capsys, "run", str(path))
+    assert code == 0, err
+    assert "converting the model once" in err.splitlines()
+    assert "not shown" not in err and "not ours" not in err

@@ -111,7 +111,7 @@ def materialize(name: str) -> Path:
 
     from rlkit_accelerate.quiet import no_transformers_progress
 
-    log.info("%s: converting %s to safetensors once, into %s", name, gguf.name, target)
+    log.info("%s: converting %s to safetensors once (about a minute on 2 cores), into %s", name, gguf.name, target)
     try:
         # a first (converting) run trains like a cached one; transformers' bars say nothing here
         with torch.random.fork_rng(devices=[]), no_transformers_progress():
