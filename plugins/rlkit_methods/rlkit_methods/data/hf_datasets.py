@@ -11,14 +11,13 @@ Each row's ``column`` is an item; with ``reward_column`` in the row the item is
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from rlkit_core.errors import ConfigError
+from rlkit_methods.data.sources import _pick, _reward
 
 BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
-DEFAULT_COLUMNS = ("sample", "prompt", "text")
 
 
 def _load(path: str, split: str, name: str | None, load_kwargs: dict[str, Any]):
@@ -43,35 +42,18 @@ def _load(path: str, split: str, name: str | None, load_kwargs: dict[str, Any]):
     return loaded
 
 
-def _column(columns: list[str], column: str | None, path: str) -> str:
-    if column is not None:
-        if column not in columns:
-            raise ConfigError(f"dataset {path!r}: no column {column!r}; found {', '.join(columns)}")
-        return column
-    for candidate in DEFAULT_COLUMNS:
-        if candidate in columns:
-            return candidate
-    raise ConfigError(f"dataset {path!r}: none of {', '.join(DEFAULT_COLUMNS)} found in {', '.join(columns)}; "
-                      f"name one with kwargs.column")
-
-
 def dataset_source(path: str, split: str = "train", column: str | None = None, reward_column: str = "reward",
                    n: int | None = None, name: str | None = None, **load_kwargs: Any) -> list[Any]:
     """The items of ``column`` (default: sample, prompt or text), with rewards when the rows have them."""
     loaded = _load(str(path), split, name, load_kwargs)
-    key = _column(list(loaded.column_names), column, str(path))
-    if n is not None:
-        loaded = loaded.select(range(min(int(n), len(loaded))))
-    items = loaded[key]
-    if reward_column not in loaded.column_names:
-        return list(items)
-    out = []
-    for i, (item, reward) in enumerate(zip(items, loaded[reward_column])):
-        try:
-            value = float(reward)
-        except (TypeError, ValueError):
-            raise ConfigError(f"dataset {path!r}: row {i}: reward {reward!r} is not a number") from None
-        if not math.isfinite(value):
-            raise ConfigError(f"dataset {path!r}: row {i}: reward is {value}; rewards must be finite")
-        out.append({"sample": item, "reward": value})
-    return out
+    where = f"dataset {str(path)!r}"
+    try:  # the file source's rules: the same default columns, the same reward checks
+        key = _pick(dict.fromkeys(loaded.column_names), column, where, "column")
+        if n is not None:
+            loaded = loaded.select(range(min(int(n), len(loaded))))
+        if reward_column not in loaded.column_names:
+            return list(loaded[key])
+        return [{"sample": item, "reward": _reward(reward, f"{where}: row {i}")}
+                for i, (item, reward) in enumerate(zip(loaded[key], loaded[reward_column]))]
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
