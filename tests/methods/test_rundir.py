@@ -165,3 +165,11 @@ def test_a_failed_write_with_room_left_is_not_called_a_full_disk(tmp_path):
         with write_errors(final):
             raise RuntimeError("disk is fine, something else broke")
     assert not tmp.exists()
+
+
+def test_an_earlier_run_of_this_same_process_does_not_block_the_next(tmp_path):
+    first = claim(tmp_path / "ckpts", resume=False, overwrite=False, is_main_process=True)  # never released
+    second = claim(tmp_path / "ckpts", resume=True, overwrite=False, is_main_process=True)
+    assert second.lock is not None
+    second.release()
+    first.release()  # not ours any more: a no-op

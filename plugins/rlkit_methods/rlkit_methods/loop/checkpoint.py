@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import errno
 import os
-import random
 import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
-
-import numpy as np
-import torch
+from typing import Iterator
 
 from rlkit_core.errors import RlkitError
+from rlkit_methods.loop.state import rng_state, set_rng_state  # noqa: F401 (one implementation, kept importable from here)
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(\d+)$")
 COMPLETE_MARKER = "COMPLETE"
@@ -277,23 +274,3 @@ def _checkpoints(root: Path) -> list[tuple[int, Path]]:
 
 def _step(checkpoint: Path) -> int:
     return int(CHECKPOINT_PATTERN.match(checkpoint.name).group(1))
-
-
-# --- random state --------------------------------------------------------------------------
-
-
-def rng_state() -> dict[str, Any]:
-    return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if state.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])

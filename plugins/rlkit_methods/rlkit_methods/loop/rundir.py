@@ -155,6 +155,8 @@ def _alive(holder: dict[str, Any]) -> bool:
     if holder.get("host") != socket.gethostname():
         return True
     pid = holder.get("pid")
+    if pid == os.getpid():
+        return False  # an earlier run of this process (a notebook, a test): runs in one process are sequential
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
