@@ -5,7 +5,8 @@ metrics log). On the main process it
 
 * takes ``<checkpoint_dir>/.rlkit-run.lock`` (pid, host, process start time). A lock whose
   process is gone (a killed run) is stale and taken over; a live one is refused: two runs in
-  one folder would mix their files.
+  one folder would mix their files. A lock of this same process (an earlier ``train()`` in a
+  notebook) is taken over too: runs in one process follow each other.
 * refuses a folder that holds another run's files (``checkpoint_<n>``, ``best_checkpoint``,
   ``hf_model``, the metrics log) unless the run resumes (``train.resume_from_checkpoint``)
   or was asked to replace them (``train.overwrite_checkpoint_dir``). Overwriting removes only
