@@ -302,3 +302,22 @@ def test_extra_table_shows_the_case_figures():
             "rlkit ILQL": [{"error": None, "metric": 1, "peak_rss_bytes": 1, "result": {"wall_s": 30.0}}]}
     text = report.extra_table(case, runs)
     assert "| wall_s " in text and "60.0" in text and "30.0" in text and "0.500" in text and "| -" in text
+
+
+def test_eval_share_reads_evaluation_time_and_the_last_evaluations_spread(tmp_path):
+    import eval_share
+
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("\n".join(json.dumps(r) for r in [
+        {"step": 0, "kind": "eval", "time/generate": 0.5, "time/evaluate": 0.75},
+        {"step": 1, "kind": "train", "loss": 1.0, "time/forward": 0.2},
+        {"step": 16, "kind": "eval", "time/generate": 1.0, "time/evaluate": 1.25}]) + "\n")
+    assert eval_share.eval_totals(metrics) == {"evaluations": 2, "evaluate_s": 2.0, "generate_s": 1.5}
+    samples = tmp_path / "samples.jsonl"
+    rows = [{"prompt": "b", "output": "a", "optimality@beta=1": v} for v in (0.0, 1.0, 1.0, 0.0)]
+    samples.write_text(json.dumps({"step": 0, "samples": [{"optimality@beta=1": 5.0}]}) + "\n"
+                       + json.dumps({"step": 16, "samples": rows}) + "\n")
+    spread = eval_share.last_eval_spread(samples)["optimality@beta=1"]
+    assert spread["n"] == 4 and spread["mean"] == 0.5 and spread["se"] == pytest.approx((1 / 3) ** 0.5 / 2)
+    assert eval_share.yaml_path("ilql_t5").name == "ilql_t5_randomwalks.yml"
+    assert eval_share.yaml_path("ppo_lora").name == "ppo_lora_randomwalks.yml"
