@@ -49,9 +49,13 @@ def build_model(config, spec):
         policy = Seq2SeqLMWithValueHead if seq2seq else CausalLMWithValueHead
         return policy(load_base_model(config), num_layers_unfrozen=spec.num_layers_unfrozen,
                       num_value_layers_unfrozen=options.get("num_value_layers_unfrozen", 0))
+    q_heads = options.get("q_heads", "mlp")
+    if seq2seq and q_heads != "mlp":
+        raise ConfigError(f"method.q_heads: {q_heads!r} heads are for causal models; use mlp with model_arch_type seq2seq")
+    extra = {} if seq2seq else {"q_heads": q_heads}
     heads = Seq2SeqLMWithILQLHeads if seq2seq else CausalLMWithILQLHeads
     return heads(load_base_model(config), two_qs=options.get("two_qs", True), alpha=options.get("alpha", 0.99),
-                 num_layers_unfrozen=spec.num_layers_unfrozen)
+                 num_layers_unfrozen=spec.num_layers_unfrozen, **extra)
 
 
 def plain_lm(config, num_layers_unfrozen: int, *, prompt_learning: bool):

@@ -24,7 +24,7 @@ class ILQLTrainer(OfflineTrainer):
         if unknown:
             raise ConfigError(f"method.gen_kwargs: ILQL generation does not take {', '.join(unknown)}; use {', '.join(sorted(GENERATE_ARGS))}")
         return ModelSpec("ilql", num_layers_unfrozen=self.config.model.num_layers_unfrozen,
-                         options={"two_qs": method.two_qs, "alpha": method.alpha})
+                         options={"two_qs": method.two_qs, "alpha": method.alpha, "q_heads": method.q_heads})
 
     def generate(self, input_ids, attention_mask=None, **kwargs):
         kwargs = self.generation_kwargs(**kwargs)
