@@ -130,6 +130,18 @@ def file_cases(tmp: Path) -> list[tuple[str, object]]:
         lambda: None if check_scores((x for x in [1.0, 2.0, 3.0]), 3) == [1.0, 2.0, 3.0] else ("silent-wrong", "")))
     add("reward returns a numpy array", handled_call(lambda: None if check_scores(__import__("numpy").ones(3), 3) == [1.0] * 3 else ("silent-wrong", "")))
 
+    from rlkit_methods.loop.evaluation import check_metrics
+
+    def my_metric(samples, **kwargs):
+        return {}
+
+    for label, value, expect in [
+        ("a list", [0.5, 0.5, 0.5], "my_metric returned list"), ("the wrong count", {"len": [1.0, 2.0]}, "'len' has 2 values for 3 samples"),
+        ("strings", {"mood": ["good", "bad", "ok"]}, "my_metric: metric 'mood' holds non-numbers"), ("None", None, "returned NoneType"),
+    ]:
+        add(f"metric returns {label}", refuse_call(lambda value=value: check_metrics(value, my_metric, 3), expect))
+    add("metric returns a NaN", handled_call(lambda: None if math.isnan(check_metrics({"m": [math.nan] * 3}, my_metric, 3)["m"][0]) else ("silent-wrong", "")))
+
     # --- 12. resuming with another config ------------------------------------------------------------
     from rlkit_core import load_config
     from rlkit_methods.loop.resume import check_resume_config

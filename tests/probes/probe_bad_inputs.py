@@ -6,11 +6,12 @@
 * silent-wrong: accepted although it is wrong (or a wrong result);
 * data-lost: files of another run destroyed.
 
-    OMP_NUM_THREADS=1 .venv/bin/python tests/probes/probe_bad_inputs.py [-v]
+    OMP_NUM_THREADS=1 .venv/bin/python tests/probes/probe_bad_inputs.py [-v] [--runs]
 
 prints one line per probe (with -v) and the counts; exits 1 if any probe is silent-wrong or
-data-lost. The cases are in ``cases.py`` beside this file. CLI probes run ``rlkit`` in this
-process (``rlkit_core.cli.main``); function probes call the loop's helpers the trainers use.
+data-lost. The cases are in ``cases*.py`` beside this file. CLI probes run ``rlkit`` in this
+process (``rlkit_core.cli.main``); function probes call the loop's helpers the trainers use;
+``--runs`` adds end-to-end probes through a real ``rlkit run`` in a subprocess (cases_runs.py).
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ def main(argv: list[str]) -> int:
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="rlkit-probes-") as tmp:
         probes = cases.build(Path(tmp))
+        if "--runs" in argv:  # end to end through `rlkit run` (minutes)
+            import cases_runs
+
+            probes += cases_runs.run_cases(Path(tmp))
         for name, probe in probes:
             outcome, detail = probe()
             assert outcome in OUTCOMES, outcome
