@@ -56,24 +56,27 @@ class RFTTrainer(RLTrainer):
     # --- experience ----------------------------------------------------------------------------
 
     def sample_prompts(self) -> tuple[list[str], list[str]]:
-        """``n_generations_per_prompt`` samples of each of this rank's prompts: (prompts, outputs)."""
+        """``n_generations_per_prompt`` samples of each of this rank's prompts: (prompts, outputs).
+
+        Each generation call holds ``train.batch_size`` (prompt, repeat) rows, as many rows as
+        trlX's calls held prompts, so the same memory makes fewer, fuller calls."""
         engine, pipeline, method = self.engine, self.prompt_pipeline, self.config.method
         indices = list(range(engine.process_index, len(pipeline), engine.num_processes))
+        rows = [i for i in indices for _ in range(method.n_generations_per_prompt)]
         size = self.config.train.batch_size
         eos = self.tokenizer.eos_token_id
         prompts, outputs = [], []
-        for start in range(0, len(indices), size):
-            batch = pipeline.collate([pipeline[i] for i in indices[start : start + size]])
+        for start in range(0, len(rows), size):
+            batch = pipeline.collate([pipeline[i] for i in rows[start : start + size]])
             width = batch["input_ids"].shape[1]
             prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
-            for _ in range(method.n_generations_per_prompt):
-                samples = self.generate(batch["input_ids"], batch["attention_mask"])
-                new = [row[width:].tolist() for row in samples]
-                new = [o[: o.index(eos) + 1] if eos in o else o for o in new]  # nothing after EOS
-                _, str_prompts, str_outputs = self.decode(prompt_ids, [p + o for p, o in zip(prompt_ids, new)],
-                                                          append_eos_token=True)
-                prompts += str_prompts
-                outputs += str_outputs
+            samples = self.generate(batch["input_ids"], batch["attention_mask"])
+            new = [row[width:].tolist() for row in samples]
+            new = [o[: o.index(eos) + 1] if eos in o else o for o in new]  # nothing after EOS
+            _, str_prompts, str_outputs = self.decode(prompt_ids, [p + o for p, o in zip(prompt_ids, new)],
+                                                      append_eos_token=True)
+            prompts += str_prompts
+            outputs += str_outputs
         return prompts, outputs
 
     def score(self, prompts: list[str], outputs: list[str]) -> tuple[list[str], list[str], list[float]]:
