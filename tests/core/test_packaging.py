@@ -25,8 +25,10 @@ PROVIDED_BY = {
     "click": "typer",
     "lightning": "lightning",
 }
-# rlkit-core imports torch only where it reports on it (`rlkit env`), and says so when it is missing
-UNDECLARED_ON_PURPOSE = {"rlkit_core": {"torch"}}
+# rlkit-core stays light: it imports torch where it reports on it (`rlkit env`, which says so
+# when it is missing), and torch/transformers/safetensors in rlkit_core.testing's engine
+# conformance kit, which runs only where an engine, and so these, is installed
+UNDECLARED_ON_PURPOSE = {"rlkit_core": {"torch", "transformers", "safetensors"}}
 
 
 def project(folder):
