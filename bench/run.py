@@ -55,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--trlx-src", default=None, help="trlX checkout for ilql/sft/walks-ppo (default: $RLKIT_TRLX_SRC)")
     p.add_argument("--trlx-python", default=None, help="interpreter with trlX's pins (default: create bench/.venv-trlx)")
+    p.add_argument("--walks-start", default=None, help="walks-ppo: an SFT export both sides start from (default: train one)")
     p.add_argument("--walks-set", action="append", default=[], metavar="KEY=VALUE",
                    help="override for both sides of the randomwalks cases (repeatable; value parsed as YAML)")
     p.add_argument("--rlkit-set", action="append", default=[], metavar="KEY=VALUE",
@@ -283,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / "spec.json"
     if "walks-ppo" in walks_cases:  # both PPO sides start from one SFT model, made once, untimed
-        start = prepare_sft_model(workdir, env, spec["walks"]["overrides"]["sft"])
+        start = args.walks_start or prepare_sft_model(workdir, env, spec["walks"]["overrides"]["sft"])
+        if not (Path(start) / "config.json").is_file():
+            raise SystemExit(f"bench: --walks-start {start}: not a model folder (no config.json)")
         spec["walks"]["overrides"]["walks-ppo"]["model.model_path"] = start
     spec_path.write_text(json.dumps(spec, indent=1))
     report: dict[str, Any] = {"machine": machine(args, peer_versions), "spec": spec, "command": sys.argv, "cases": {}}
