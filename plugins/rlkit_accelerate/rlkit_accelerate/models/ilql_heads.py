@@ -23,7 +23,6 @@ from rlkit_methods.ilql.sampling import q_guided_logits, sync_target
 from rlkit_accelerate.models.blocks import capture_head_input, find_layout, position_ids_from_mask
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import freeze_trunk, make_head
-from rlkit_accelerate.models.ilql_small_heads import make_ilql_heads
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
 from rlkit_accelerate.models.policy import check_unfrozen
 from rlkit_accelerate.sharding import local_shard
@@ -120,6 +119,8 @@ class CausalLMWithILQLHeads(nn.Module):
         self.base_model = base_model
         if not is_peft_model(base_model):  # peft froze everything but the adapters
             freeze_trunk(base_model, self.layout, num_layers_unfrozen)
+        from rlkit_accelerate.models.ilql_small_heads import make_ilql_heads  # it subclasses ILQLHeads
+
         # q_heads: "mlp" (trlX's) or "embedding" (read out through the LM's own output embedding)
         self.ilql_heads = make_ilql_heads(q_heads, self.layout.hidden_size, self.layout.lm_head, two_qs, alpha)
 

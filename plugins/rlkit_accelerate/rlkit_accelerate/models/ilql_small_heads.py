@@ -21,11 +21,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from rlkit_methods.ilql.losses import batched_index_select
-from rlkit_methods.ilql.sampling import sync_target
-
 from rlkit_accelerate.models.heads import make_head
-from rlkit_accelerate.sharding import local_shard
+from rlkit_accelerate.models.ilql_heads import ILQLHeads
 
 Q_HEADS = ("mlp", "embedding")
 
@@ -47,13 +44,13 @@ class EmbeddingQHead(nn.Module):
         return self.features(hidden) @ weight.to(hidden.dtype).T + self.bias  # [.., V]
 
 
-class EmbeddingILQLHeads(nn.Module):
-    """V head, one or two embedding Q heads and their Polyak-averaged targets; the same
-    interface as ``ilql_heads.ILQLHeads``."""
+class EmbeddingILQLHeads(ILQLHeads):
+    """V head, one or two embedding Q heads and their Polyak-averaged targets; ``ILQLHeads``'
+    forward and target sync, other Q heads."""
 
     def __init__(self, hidden_size: int, output_embedding: Callable[[], torch.Tensor], two_qs: bool = True,
                  alpha: float = 0.99, dtype: torch.dtype | None = None):
-        super().__init__()
+        nn.Module.__init__(self)  # not ILQLHeads.__init__: it would build the vocabulary-sized MLPs
         self.two_qs = two_qs
         self.alpha = alpha
         vocab_size = output_embedding().shape[0]
@@ -62,26 +59,10 @@ class EmbeddingILQLHeads(nn.Module):
         self.q_heads = nn.ModuleList(EmbeddingQHead(hidden_size, vocab_size, output_embedding, dtype) for _ in range(num_qs))
         self.target_q_heads = copy.deepcopy(self.q_heads).requires_grad_(False)
 
-    def forward(self, hidden: torch.Tensor, states_ixs: torch.Tensor | None = None, actions_ixs: torch.Tensor | None = None):
-        """hidden: [B, T, H]; optional index tensors [B, S] / [B, A]. Returns qs (each [B, A, V]),
-        target_qs (each [B, A, V]) and vs [B, S, 1]."""
-        states = hidden if states_ixs is None else batched_index_select(hidden, states_ixs)
-        actions = hidden if actions_ixs is None else batched_index_select(hidden, actions_ixs)
-        qs = tuple(head(actions) for head in self.q_heads)
-        target_qs = tuple(head(actions) for head in self.target_q_heads)
-        return qs, target_qs, self.v_head(states)
-
-    def sync_target_q_heads(self, alpha: float | None = None) -> None:
-        """target <- alpha * q + (1 - alpha) * target."""
-        alpha = self.alpha if alpha is None else alpha
-        sync_target(map(local_shard, self.target_q_heads.parameters()), map(local_shard, self.q_heads.parameters()), alpha)
-
 
 def make_ilql_heads(kind: str, hidden_size: int, lm_head: nn.Module, two_qs: bool = True, alpha: float = 0.99) -> nn.Module:
     """The ILQL heads for ``method.q_heads``: ``mlp`` (trlX's, the default) or ``embedding``,
     on the LM head's device and dtype."""
-    from rlkit_accelerate.models.ilql_heads import ILQLHeads
-
     weight = lm_head.weight
     if kind == "mlp":
         heads = ILQLHeads(hidden_size, weight.shape[0], two_qs, alpha, weight.dtype)
