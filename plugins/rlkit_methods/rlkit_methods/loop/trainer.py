@@ -24,14 +24,26 @@ from typing import Any, Callable
 import torch
 
 from rlkit_core.engine import ModelSpec
-from rlkit_core.errors import ConfigError
+from rlkit_core.errors import ConfigError, RlkitError
 from rlkit_core.plugins import get_host
 
 from rlkit_methods.loop import evaluation
 from rlkit_methods.loop.batching import pass_batches
-from rlkit_methods.loop.checkpoint import commit_temporary, remove_stale_temporaries, resolve_resume_path, start_temporary, temporary_for
+from rlkit_methods.loop.checkpoint import (
+    commit_temporary,
+    is_complete,
+    read_errors,
+    remove_stale_temporaries,
+    resolve_resume_path,
+    start_temporary,
+    temporary_for,
+    write_errors,
+)
 from rlkit_methods.loop.metrics_log import MetricsLog
 from rlkit_methods.loop.reporting import print_samples, progress
+from rlkit_methods.loop.resume import check_resume_config
+from rlkit_methods.loop.rundir import claim
+from rlkit_methods.loop.signals import stop_on_signals
 from rlkit_methods.loop.state import read_state, rng_state, set_rng_state, write_state
 from rlkit_methods.loop.tracking import Tracker
 
@@ -55,6 +67,7 @@ class RLTrainer:
         train = config.train
         self.checkpoint_dir = Path(train.checkpoint_dir)
         self.logging_dir = Path(train.logging_dir) if train.logging_dir else self.checkpoint_dir / "logs"
+        self.run_dir = self.claim_run_dir()  # before the metrics log, which starts a new run's file
         self.tracker = Tracker(config, self.logging_dir, enabled=self.is_main_process)
         self.engine.build(self.model_spec())
         self.generate_kwargs, self.generate_sweep_kwarg = evaluation.generation_settings(config.method.gen_kwargs, self.tokenizer)
@@ -66,6 +79,20 @@ class RLTrainer:
         self.position = (0, 0, 0)  # (epoch, inner epoch, next batch)
         self.best_score = -math.inf
         self.progress_bar = None  # set while learn() runs; shows the phase
+
+    def claim_run_dir(self):
+        """Lock the checkpoint folder for this run; another run's files there are refused in
+        one line (resume, a new folder, or train.overwrite_checkpoint_dir), on every rank."""
+        train, problem, run_dir = self.config.train, None, None
+        try:
+            run_dir = claim(self.checkpoint_dir, resume=bool(train.resume_from_checkpoint), overwrite=train.overwrite_checkpoint_dir,
+                            is_main_process=self.is_main_process, logging_dir=self.logging_dir)
+        except RlkitError as exc:
+            problem = exc
+        problem = self.engine.broadcast_object(problem)  # every rank raises the main process's refusal
+        if problem is not None:
+            raise problem
+        return run_dir
 
     # --- what a method supplies ---------------------------------------------------------------
 
@@ -218,18 +245,21 @@ class RLTrainer:
         self.prepare_learning()
         train = self.config.train
         results: dict[str, Any] = {}
-        if train.resume_from_checkpoint:
-            self.load(resolve_resume_path(train.resume_from_checkpoint))
-            self.metrics_log.truncate_after(self.iter_count)
-        else:
-            results = self.evaluate_with_callback()
         try:
-            with progress(self.total_steps, self.iter_count, enabled=self.is_main_process) as bar:
+            if train.resume_from_checkpoint:
+                path = resolve_resume_path(train.resume_from_checkpoint)
+                check_resume_config(path, self.config)
+                self.load(path)
+                self.metrics_log.truncate_after(self.iter_count)
+            else:
+                results = self.evaluate_with_callback()
+            with stop_on_signals() as self.stop, progress(self.total_steps, self.iter_count, enabled=self.is_main_process) as bar:
                 self.progress_bar = bar
                 return self._loop(bar) or results
         finally:
             self.progress_bar = None
             self.tracker.finish()
+            self.run_dir.release()
 
     def _loop(self, bar) -> dict[str, Any] | None:
         results = None
@@ -247,12 +277,20 @@ class RLTrainer:
                     self.position = (epoch, inner, b + 1)
                     results = self.after_step(stats)
                     bar.update(self.iter_count, stats)
+                    self.stop_if_asked()
                     if self.iter_count >= self.total_steps:
                         return results
                 self.post_backward_callback()
             self.post_epoch_callback()
             self.position = (epoch + 1, 0, 0)
         return results
+
+    def stop_if_asked(self) -> None:
+        """After a SIGINT/SIGTERM on any rank: every rank stops at this step, with a checkpoint."""
+        asked = self.engine.all_reduce_sum(torch.tensor([float(self.stop.requested)]))
+        if float(asked[0]) > 0:
+            saved = self.checkpoint_dir / f"checkpoint_{self.iter_count}"
+            raise self.stop.error(self.iter_count, saved if is_complete(saved) else self.save())
 
     def evaluate_with_callback(self) -> dict[str, Any]:
         results = self.evaluate()
@@ -298,17 +336,18 @@ class RLTrainer:
             start_temporary(directory)
         engine.barrier()
         tmp = temporary_for(directory)
-        engine.save_state(tmp)
-        write_state(tmp / f"loop_state_{engine.process_index}.pt", {
-            "iter_count": self.iter_count,
-            "nth_evaluation": self.nth_evaluation,
-            "position": list(self.position),
-            "best_score": self.best_score,
-            "rng": rng_state(),
-            "method": self.method_state(),
-        })
-        if self.is_main_process:
-            self.config.save_yaml(tmp / "config.yml")
+        with write_errors(directory):
+            engine.save_state(tmp)
+            write_state(tmp / f"loop_state_{engine.process_index}.pt", {
+                "iter_count": self.iter_count,
+                "nth_evaluation": self.nth_evaluation,
+                "position": list(self.position),
+                "best_score": self.best_score,
+                "rng": rng_state(),
+                "method": self.method_state(),
+            })
+            if self.is_main_process:
+                self.config.save_yaml(tmp / "config.yml")
         engine.barrier()
         if self.is_main_process:
             commit_temporary(directory)
@@ -322,8 +361,9 @@ class RLTrainer:
     def load(self, directory: str | os.PathLike) -> None:
         """Restore what ``save`` wrote; training continues exactly where it stopped."""
         directory = Path(directory)
-        self.engine.load_state(directory)
-        state = read_state(directory / f"loop_state_{self.engine.process_index}.pt")
+        with read_errors(directory):
+            self.engine.load_state(directory)
+            state = read_state(directory / f"loop_state_{self.engine.process_index}.pt")
         self.iter_count = state["iter_count"]
         self.nth_evaluation = state["nth_evaluation"]
         self.position = tuple(state["position"])
