@@ -46,3 +46,19 @@ def test_every_quote_of_a_figure_matches_its_source(quantity):
         if number != value
     ]
     assert not wrong, f"{quantity} is {value} in {source}; these quote another figure:\n" + "\n".join(wrong)
+
+
+def test_the_main_job_figures_in_the_readme_are_the_plotted_run():
+    """README quotes the run whose logs are in docs/images/ppo_smollm2/logs and whose plot is
+    docs/images/main_job.png (`rlkit report docs/images/ppo_smollm2` draws it again)."""
+    import json
+
+    logs = ROOT / "docs" / "images" / "ppo_smollm2" / "logs"
+    records = [json.loads(line) for line in (logs / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = [r for r in records if r["kind"] == "eval"]
+    before, after = evals[0]["reward/mean"], evals[-1]["reward/mean"]
+    steps = max(r["step"] for r in records)
+    readme = (ROOT / "README.md").read_text()
+    quote = f"from **{before:.3f} to {after:.3f} ({after - before:+.2f}) in {steps} PPO steps**"
+    assert quote in readme.replace("\n", " "), f"README should say: {quote}"
+    assert (ROOT / "docs" / "images" / "main_job.png").is_file()
