@@ -195,7 +195,8 @@ def _feed(trainer, config, registry, mode, samples, rewards, prompts, eval_promp
         if eval_prompts is None:
             eval_prompts = prompts[:batch_size]
         trainer.add_prompt_pipeline(pipeline(prompts))
-        trainer.make_experience(config.method.num_rollouts)
+        # a method without num_rollouts (RFT samples a fixed number per prompt) gets None
+        trainer.make_experience(getattr(config.method, "num_rollouts", None))
     else:
         if eval_prompts is None:
             eval_prompts = [trainer.tokenizer.bos_token] * batch_size

@@ -44,12 +44,6 @@ class RFTConfig(MethodConfig):
                 f"end_percentile: must be >= start_percentile ({self.start_percentile}), got {self.end_percentile}"
             )
 
-    @property
-    def num_rollouts(self) -> None:
-        """``train()`` hands online methods ``method.num_rollouts``; RFT samples
-        ``n_generations_per_prompt`` for every prompt instead, so it has none."""
-        return None
-
     def percentile(self, epoch: int) -> float:
         """The threshold percentile of this epoch (see :func:`rlkit_methods.rft.selection.percentile_at`)."""
         from rlkit_methods.rft.selection import percentile_at

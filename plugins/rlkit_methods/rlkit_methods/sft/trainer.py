@@ -9,6 +9,7 @@ from __future__ import annotations
 from rlkit_core.engine import ModelSpec
 
 from rlkit_methods.loop.offline import OfflineTrainer
+from rlkit_methods.sft.losses import output_nll
 
 
 class SFTTrainer(OfflineTrainer):
@@ -30,6 +31,5 @@ class SFTTrainer(OfflineTrainer):
 
     def loss(self, outputs, batch):
         """L = -sum_t m_t log p(y_t) / sum_t m_t over the output tokens."""
-        mask = outputs["mask"]
-        loss = -(outputs["logprobs"] * mask).sum() / mask.sum().clamp(min=1)
+        loss = output_nll(outputs["logprobs"], outputs["mask"])
         return loss, {"loss": loss.item()}
