@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / "spec.json"
     if "walks-ppo" in walks_cases:  # both PPO sides start from one SFT model, made once, untimed
-        start = args.walks_start or prepare_sft_model(workdir, env, spec["walks"]["overrides"]["sft"])
+        start = str(Path(args.walks_start).resolve()) if args.walks_start else prepare_sft_model(workdir, env, spec["walks"]["overrides"]["sft"])
         if not (Path(start) / "config.json").is_file():
             raise SystemExit(f"bench: --walks-start {start}: not a model folder (no config.json)")
         spec["walks"]["overrides"]["walks-ppo"]["model.model_path"] = start
