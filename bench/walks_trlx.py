@@ -56,6 +56,16 @@ def model_from_config(model_config: dict, seed: int, folder: str) -> str:
     return folder
 
 
+def as_pytorch_bin(folder: str, out: str) -> str:
+    """The same weights re-saved as ``pytorch_model.bin``: trlX 0.7's ``from_pretrained`` (value
+    and ILQL heads) reads that file and, when it is missing, asks the hub for it, so a local
+    safetensors-only folder (what rlkit and transformers save) fails to load."""
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(folder).save_pretrained(out, safe_serialization=False)
+    return out
+
+
 def section_fields(method_name: str) -> dict[str, set[str]]:
     from trlx.data import configs
     from trlx.data.method_configs import get_method
@@ -91,6 +101,8 @@ def main() -> None:
     model_path = config_dict["model"]["model_path"]
     if isinstance(model_path, dict):  # a model built from a config, as trlX's ILQL example passes GPT2Config(...)
         config_dict["model"]["model_path"] = model_from_config(model_path, raw["train"].get("seed", 1000), workdir + "/init")
+    elif Path(model_path).is_dir() and not (Path(model_path) / "pytorch_model.bin").exists():
+        config_dict["model"]["model_path"] = as_pytorch_bin(model_path, workdir + "/start")
     config = TRLConfig.from_dict(config_dict)
 
     metric_fn, start_letters, walks, _ = generate_random_walks(seed=config.train.seed)
