@@ -1,4 +1,5 @@
-"""rlkit-nemo: trainers on NeMo 2 / megatron-core (tensor and pipeline parallel).
+"""rlkit-nemo: the Megatron engine and trlX's NeMo trainer names on NeMo 2 / megatron-core
+(tensor, pipeline and data parallel).
 
 Importing this package never imports NeMo, megatron-core or torch: the trainers are loaded
 on first access, and building one without NeMo says what to install.
@@ -8,12 +9,13 @@ from rlkit_nemo.data import ShuffledCyclicSequence
 from rlkit_nemo.lightning import megatron_trainer
 
 _TRAINERS = {
-    "NeMoPPOTrainer": "rlkit_nemo.trainers.ppo",
-    "NeMoILQLTrainer": "rlkit_nemo.trainers.offline",
-    "NeMoSFTTrainer": "rlkit_nemo.trainers.offline",
+    "NeMoPPOTrainer": "rlkit_nemo.trainers",
+    "NeMoILQLTrainer": "rlkit_nemo.trainers",
+    "NeMoSFTTrainer": "rlkit_nemo.trainers",
+    "MegatronEngine": "rlkit_nemo.engine",
 }
 
-__all__ = ["NeMoILQLTrainer", "NeMoPPOTrainer", "NeMoSFTTrainer", "ShuffledCyclicSequence", "megatron_trainer"]
+__all__ = ["MegatronEngine", "NeMoILQLTrainer", "NeMoPPOTrainer", "NeMoSFTTrainer", "ShuffledCyclicSequence", "megatron_trainer"]
 
 
 def __getattr__(name):

@@ -1,8 +1,8 @@
-"""Entry point of rlkit-nemo: the ``nemo`` backend and its trainers (trlX's names).
+"""Entry point of rlkit-nemo: the ``nemo`` backend, its engine and trlX's trainer names.
 
-Trainers are import strings and their modules import NeMo and megatron-core only when a
-trainer is built, so the plugin loads whether or not NeMo is installed; selecting a trainer
-without NeMo is a one-line error saying ``install rlkit-nemo[nemo]``.
+Everything is named by import strings and the modules import NeMo and megatron-core only when
+an engine is built, so the plugin loads whether or not NeMo is installed; selecting a trainer
+without megatron-core is a one-line error saying ``install rlkit-nemo[nemo]``.
 """
 
 from rlkit_core import BackendSpec, TrainerSpec, hookimpl
@@ -15,11 +15,9 @@ def rlkit_register_backends():
     return [
         BackendSpec(
             "nemo",
-            trainers=[
-                TrainerSpec("NeMoPPOTrainer", f"{_T}.ppo:NeMoPPOTrainer", method="ppo"),
-                TrainerSpec("NeMoILQLTrainer", f"{_T}.offline:NeMoILQLTrainer", method="ilql"),
-                TrainerSpec("NeMoSFTTrainer", f"{_T}.offline:NeMoSFTTrainer", method="sft"),
-            ],
-            description="NeMo 2 + megatron-core (tensor/pipeline parallel)",
+            engine="rlkit_nemo.engine:MegatronEngine",
+            # trlX's names: NeMoPPOTrainer, NeMoILQLTrainer, NeMoSFTTrainer
+            trainers=[TrainerSpec(f"NeMo{m}Trainer", f"{_T}:NeMo{m}Trainer", method=m.lower()) for m in ("PPO", "ILQL", "SFT")],
+            description="NeMo 2 + megatron-core (tensor/pipeline/data parallel)",
         )
     ]

@@ -47,18 +47,24 @@ def small_llama(path: Path) -> str:
 def config(default, trainer, hf, megatron_cfg, **method):
     return default().evolve(
         train=dict(trainer=trainer, total_steps=1, batch_size=2, seq_length=64, eval_interval=100, checkpoint_interval=100,
-                   trainer_kwargs=dict(megatron_cfg=megatron_cfg, pretrained_model=hf)),
+                   checkpoint_dir=str(OUT / trainer), trainer_kwargs=dict(megatron_cfg=megatron_cfg, pretrained_model=hf)),
         model=dict(model_path=hf), tokenizer=dict(tokenizer_path="byt5"), method=method,
     )
 
 
 def last_step(trainer) -> dict:
-    return [h for h in trainer.history if "eval" not in h][-1]
+    """The last train record of the run's metrics file (written by the main process)."""
+    trainer.engine.barrier()
+    lines = (Path(trainer.config.train.checkpoint_dir) / "logs" / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == "train"][-1]
 
 
 def say(rank, **fields):
     if rank == 0:
         print(json.dumps(fields), flush=True)
+
+
+OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs/nemo_gpu_smoke")
 
 
 def main(out: Path, tp: int) -> None:
@@ -81,19 +87,19 @@ def main(out: Path, tp: int) -> None:
                                prompts=["ab", "ba", "aa", "bb"] * 2, config=ppo)
     p = next(trainer.engine.module.parameters())
     say(rank, phase="ppo", steps=trainer.iter_count, param_dtype=str(p.dtype), seconds=round(time.perf_counter() - t, 1),
-        **{k: v for k, v in last_step(trainer).items() if k.startswith(("losses/", "time/", "grad_norm"))})
+        **{k: v for k, v in last_step(trainer).items() if k.startswith(("losses/", "time/", "policy/grad_norm"))})
 
     t = time.perf_counter()
     ilql = config(default_ilql_config, "NeMoILQLTrainer", hf, mcfg, gen_kwargs=dict(max_new_tokens=8, top_k=5, beta=1.0))
     trainer = rlkit_core.train(samples=[["ab", "aa"], ["ba", "bb"]] * 4, rewards=[1.0, 0.0] * 4, config=ilql)
     say(rank, phase="ilql", steps=trainer.iter_count, seconds=round(time.perf_counter() - t, 1),
-        **{k: v for k, v in last_step(trainer).items() if k.startswith(("losses/", "grad_norm"))})
+        **{k: v for k, v in last_step(trainer).items() if k.startswith(("losses/", "policy/grad_norm"))})
 
     t = time.perf_counter()
     sft = config(default_sft_config, "NeMoSFTTrainer", hf, mcfg, gen_kwargs=dict(max_new_tokens=8))
     trainer = rlkit_core.train(samples=[["ab", "aa"], ["ba", "bb"]] * 4, config=sft)
     say(rank, phase="sft", steps=trainer.iter_count, seconds=round(time.perf_counter() - t, 1),
-        loss=last_step(trainer)["losses/loss"])
+        loss=last_step(trainer)["loss"])
     trainer.save_pretrained(str(out / "sft_hf"))
     say(rank, phase="export", hf_files=sorted(os.listdir(out / "sft_hf")))
     dist.destroy_process_group()

@@ -28,7 +28,9 @@ from rlkit_methods.common.stats import logprobs_of_labels  # noqa: E402
 from rlkit_methods.data.padding import position_ids_from_mask  # noqa: E402
 from rlkit_methods.ilql.store import ILQLBatch  # noqa: E402
 from rlkit_methods.ppo.store import PPORLBatch  # noqa: E402
-from rlkit_nemo.losses import METHODS, prepare_ppo  # noqa: E402
+from rlkit_methods.ilql.losses import ilql_loss  # noqa: E402
+from rlkit_methods.ppo.trainer import PPOTrainBatch  # noqa: E402
+from rlkit_nemo.forwards import model_inputs  # noqa: E402
 from rlkit_nemo.models.build import build_gpt  # noqa: E402
 from rlkit_nemo.models.gpt import causal_padding_mask  # noqa: E402
 from rlkit_nemo.models.heads import ILQLHeads, ParallelMLPHead  # noqa: E402
@@ -44,6 +46,29 @@ METHOD_CONFIGS = {
     "ppo": PPOConfig(cliprange=0.2, cliprange_value=0.2, vf_coef=0.5),
     "ilql": ILQLConfig(tau=0.7, gamma=0.99, cql_scale=0.1, awac_scale=1.0, beta=0.5, two_qs=True),
 }
+
+
+KINDS = {"ppo": "response", "ilql": "ilql"}
+
+
+def prepare_ppo(config, rollouts):
+    advantages, returns = config.get_advantages_and_returns(rollouts.values, rollouts.rewards, mask=rollouts.response_mask)
+    return PPOTrainBatch(rollouts, advantages, returns)
+
+
+def method_loss(method, outputs, batch):
+    """rlkit-methods' loss on the engine's forward-kind outputs (what the method trainers do)."""
+    config = METHOD_CONFIGS[method]
+    if method == "ppo":
+        b = batch.rollouts
+        value, stats = config.loss(outputs["logprobs"], outputs["values"], b.logprobs, b.values, batch.advantages,
+                                   batch.returns, b.response_mask)
+    else:
+        actions = batch.input_ids[:, 1:].gather(1, batch.actions_ixs)
+        value, stats = ilql_loss(outputs["action_logits"], outputs["qs"], outputs["target_qs"], outputs["vs"], actions,
+                                 batch.rewards, batch.dones, gamma=config.gamma, tau=config.tau, cql_scale=config.cql_scale,
+                                 awac_scale=config.awac_scale, beta=config.beta)
+    return value, {"loss": value.detach().clone(), **stats}
 
 
 def heads_for(method):
@@ -94,7 +119,7 @@ def setup(tp, pp, method):
 
 def forward(model, method, batch):
     """Direct forward of a whole (single-stage) model: full logits and heads, gathered over TP."""
-    x = METHODS[method][0](batch)
+    x = model_inputs(KINDS[method], batch)
     logits, heads = model(x["input_ids"], x["position_ids"], causal_padding_mask(x["attention_mask"]), head_kwargs=x["head_kwargs"])
     gather = tensor_parallel.gather_from_tensor_model_parallel_region
     if method == "ppo":
@@ -119,8 +144,7 @@ def reference_loss(method, logits, heads, batch):
 
 def run_schedule(model, method, batch):
     model.zero_grad(set_to_none=True)
-    inputs, loss = METHODS[method]
-    stats = forward_backward(model, [batch], inputs, lambda out, b: loss(METHOD_CONFIGS[method], out, b))
+    stats = forward_backward(model, [batch], KINDS[method], lambda out, b: method_loss(method, out, b))
     return float(stats[0]["loss"]) if stats else None
 
 

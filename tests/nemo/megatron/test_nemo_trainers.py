@@ -1,61 +1,82 @@
-"""NeMo-trainer smoke test: rlkit_core.train selects NeMoPPOTrainer, NeMoILQLTrainer and
-NeMoSFTTrainer by train.trainer and runs 2 steps of each at TP=2 on two CPU processes, from a tiny HF GPT-2."""
+"""NeMoPPOTrainer, NeMoILQLTrainer and NeMoSFTTrainer (the shared loop on MegatronEngine) on two
+CPU processes, through rlkit_core.train: the engine conformance checks (lifecycle hooks with
+their arguments, metric names, evaluation samples as dicts, atomic checkpoints with
+config.yml, exact resume) at TP=2, DP=2 and PP=2 (ILQL and SFT: PPO's rollouts need PP=1),
+and what each layout promises across ranks."""
 
 import json
-import math
 
 import pytest
 
+LAYOUT_METHODS = {"tp2": ("ppo", "ilql", "sft"), "dp2": ("ppo", "ilql", "sft"), "pp2": ("ilql", "sft")}
+
+
+def launch(name, tmp_path_factory, torchrun):
+    out = tmp_path_factory.mktemp(name)
+    torchrun("nemo_trainers_worker.py", str(out), name, timeout=1800)
+    return [json.loads((out / f"{name}_{rank}.json").read_text()) for rank in (0, 1)]
+
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory, torchrun):
-    out = tmp_path_factory.mktemp("trainers")
-    torchrun("nemo_trainers_worker.py", str(out))
-    return [json.loads((out / f"trainers_{rank}.json").read_text()) for rank in (0, 1)], out
+def tp2(tmp_path_factory, torchrun):
+    return launch("tp2", tmp_path_factory, torchrun)
 
 
-def test_ppo_two_steps_at_tp2(ranks):
-    results, out = ranks
-    for r in results:
-        ppo = r["ppo"]
-        assert ppo["steps"] == 2 and ppo["rollouts"] == 4
-        assert ppo["ref_vs_policy_at_step0"] == 0.0  # the reference is the initial policy
-        assert len(ppo["losses"]) == 2 and all(math.isfinite(x) for x in ppo["losses"])
-        assert ppo["trained_changed_weights"] is True  # the HF export carries the trained weights
-    assert results[0]["ppo"]["losses"] == results[1]["ppo"]["losses"]  # TP ranks agree
-    assert {r["ppo"]["tp_group_rank"] for r in results} == {0, 1}
-    assert (out / "ppo_hf" / "config.json").is_file()
-    # evaluation and checkpoint at step 2 (eval_interval = checkpoint_interval = 2)
-    assert [e["step"] for e in results[0]["ppo"]["evals"]] == [2] and "reward/mean" in results[0]["ppo"]["evals"][0]
-    shards = sorted(p.name for p in (out / "ckpts" / "NeMoPPOTrainer" / "checkpoint_2").iterdir())
-    assert shards == ["mp_rank_00_000.pt", "mp_rank_01_000.pt"]
+@pytest.fixture(scope="module")
+def dp2(tmp_path_factory, torchrun):
+    return launch("dp2", tmp_path_factory, torchrun)
 
 
-def test_ilql_two_steps_at_tp2_and_q_guided_generation(ranks):
-    results, _ = ranks
-    for r in results:
-        ilql = r["ilql"]
-        assert ilql["steps"] == 2 and all(math.isfinite(x) for x in ilql["losses"])
-        assert ilql["target_moved"] > 0  # synced every step (steps_for_target_q_sync=1)
-        assert 3 <= len(ilql["generated"]) <= 6 and ilql["generated"][:2] == [100, 101]
-        assert ilql["checkpoint_round_trip"] is True
-        assert ilql["masked_generation"] == [100] * 4  # logit_mask leaves only "a"
-    assert results[0]["ilql"]["losses"] == results[1]["ilql"]["losses"]
-    assert results[0]["ilql"]["generated"] == results[1]["ilql"]["generated"]  # sampled once, broadcast over TP
+@pytest.fixture(scope="module")
+def pp2(tmp_path_factory, torchrun):
+    return launch("pp2", tmp_path_factory, torchrun)
 
 
-def test_sft_two_steps_at_tp2(ranks):
-    results, _ = ranks
-    for r in results:
-        assert r["sft"]["steps"] == 2 and all(math.isfinite(x) and x > 0 for x in r["sft"]["losses"])
-    assert results[0]["sft"]["losses"] == results[1]["sft"]["losses"]
+@pytest.mark.parametrize("name", sorted(LAYOUT_METHODS))
+def test_conformance_checks_pass_on_every_rank(name, request):
+    ranks = request.getfixturevalue(name)
+    for rank, results in enumerate(ranks):
+        for method in LAYOUT_METHODS[name]:
+            for check in ("lifecycle", "exact_resume"):
+                assert results[f"{method}/{check}"] == "ok", (name, rank, method, check, results[f"{method}/{check}"])
+            assert isinstance(results[f"{method}/facts"], dict), results[f"{method}/facts"]
 
 
-def test_ilql_two_steps_at_pp2(ranks):
-    results, _ = ranks
-    by_stage = {r["ilql_pp2"]["stage"]: r["ilql_pp2"] for r in results}
-    assert set(by_stage) == {0, 1}
-    assert by_stage[1]["has_heads"] is True and by_stage[0]["has_heads"] is False  # heads on the last stage only
-    for r in by_stage.values():
-        assert r["steps"] == 2 and len(r["losses"]) == 2 and all(math.isfinite(x) for x in r["losses"])
-    assert by_stage[0]["losses"] == by_stage[1]["losses"]  # the last stage's stats reach every stage
+def facts(ranks, method):
+    return [r[f"{method}/facts"] for r in ranks]
+
+
+def test_tp2_ranks_are_one_replica(tp2):
+    ranks = tp2
+    for method in ("ppo", "ilql", "sft"):
+        a, b = facts(ranks, method)
+        assert {a["tp_rank"], b["tp_rank"]} == {0, 1} and a["num_processes"] == b["num_processes"] == 1
+        assert a["losses"] == b["losses"] and len(a["losses"]) == 2  # every TP rank sees the same stats
+        assert a["weights"] != b["weights"]  # each holds its own shard
+    assert facts(ranks, "ppo")[0]["rollouts"] == facts(ranks, "ppo")[1]["rollouts"]  # sampled once, shared over TP
+    assert all(f["export_generates"] == "ok" for m in ("ppo", "sft") for f in facts(ranks, m))
+
+
+def test_dp2_ranks_sample_differently_and_end_with_identical_weights(dp2):
+    ranks = dp2
+    for method in ("ppo", "ilql", "sft"):
+        a, b = facts(ranks, method)
+        assert (a["process_index"], b["process_index"], a["num_processes"]) == (0, 1, 2)
+        assert a["batch_sizes"] == [4, 2]  # global batch 8 over 2 data-parallel ranks, micro-batches of 2
+        assert a["weights"] == b["weights"]  # gradients averaged over the data-parallel ranks
+        assert a["losses"] == b["losses"]  # the stats are the data-parallel mean
+    a, b = facts(ranks, "ppo")
+    assert a["rollouts"] != b["rollouts"]  # each rank samples with its own seed
+
+
+def test_pp2_stages_split_the_model_and_agree_on_the_stats(pp2):
+    ranks = pp2
+    for method in ("ilql", "sft"):
+        a, b = facts(ranks, method)
+        assert {a["pp_rank"], b["pp_rank"]} == {0, 1}
+        assert a["losses"] == b["losses"] and len(a["losses"]) == 2  # the last stage's stats reach the first
+    for r in ranks:
+        message = r["ppo/refused"]
+        assert message.startswith("ConfigError: megatron_cfg.model.pipeline_model_parallel_size: PPO's rollouts") and "\n" not in message
+    by_stage = {f["pp_rank"]: f for f in facts(ranks, "ilql")}
+    assert by_stage[1]["target_q_sync"] is True and by_stage[0]["target_q_sync"] is False  # heads on the last stage

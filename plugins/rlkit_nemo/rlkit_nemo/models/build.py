@@ -24,6 +24,9 @@ ACTIVATIONS = {
     "relu": (F.relu, False),
     "swiglu": (F.silu, True),  # Llama: silu(gate) * up
 }
+# the plain-torch layer spec (see gpt.layer_spec) takes no fused kernels
+NO_FUSED_KERNELS = dict.fromkeys(("bias_activation_fusion", "masked_softmax_fusion", "bias_dropout_fusion", "apply_rope_fusion",
+                                  "gradient_accumulation_fusion", "persist_layer_norm"), False)
 DTYPES = {"32": torch.float32, "16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -63,13 +66,7 @@ def transformer_config(model: Mapping[str, Any], *, cpu: bool = False, **overrid
         recompute_method=model.get("activations_checkpoint_method") if recompute == "full" else None,
         recompute_num_layers=model.get("activations_checkpoint_num_layers") if recompute == "full" else None,
         use_cpu_initialization=cpu,
-        # the plain-torch layer spec (see gpt.layer_spec) takes no fused kernels
-        bias_activation_fusion=False,
-        masked_softmax_fusion=False,
-        bias_dropout_fusion=False,
-        apply_rope_fusion=False,
-        gradient_accumulation_fusion=False,
-        persist_layer_norm=False,
+        **NO_FUSED_KERNELS,
     )
     kwargs.update(overrides)
     return TransformerConfig(**{k: v for k, v in kwargs.items() if v is not None or k.startswith("recompute")})

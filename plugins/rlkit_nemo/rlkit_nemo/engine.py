@@ -1,0 +1,355 @@
+"""``MegatronEngine``: rlkit's engine interface (``rlkit_core.engine``) on megatron-core —
+tensor, pipeline and data parallelism, Megatron's DDP and (distributed) optimizer.
+
+It builds the model a method asks for (:mod:`rlkit_nemo.build`), runs its forward kinds
+(:mod:`rlkit_nemo.forwards`) through Megatron's schedule (:mod:`rlkit_nemo.schedule`),
+samples (:mod:`rlkit_nemo.sampling`), steps the config's optimizer and scheduler
+(:mod:`rlkit_nemo.optim`), and saves, loads and exports the weights (:mod:`rlkit_nemo.state`).
+It knows nothing of PPO or ILQL. "Processes" in the interface are data-parallel ranks; the
+main process is global rank 0. Sizes are checked against the world before a model loads.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from rlkit_core.engine import ModelSpec, QGuidance, check_forward_kind
+from rlkit_core.errors import ConfigError
+from rlkit_methods.data.tokenizers import load_tokenizer
+
+from rlkit_nemo import forwards, state
+from rlkit_nemo.lightning import require_megatron
+from rlkit_nemo.megatron_config import load_megatron_cfg, translate
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+def init_distributed() -> None:
+    """torch.distributed from torchrun's environment (a world of one without it)."""
+    if dist.is_initialized():
+        return
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29511")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, rank=int(os.environ.get("RANK", 0)), world_size=int(os.environ.get("WORLD_SIZE", 1)))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+
+
+class MegatronEngine:
+    is_seq2seq = False
+
+    def __init__(self, config, megatron_cfg: Any = None, pretrained_model: Any = None, **kwargs):
+        if kwargs:
+            raise ConfigError(f"train.trainer_kwargs.{sorted(kwargs)[0]}: not an argument of the NeMo engine; "
+                              f"it takes megatron_cfg and pretrained_model")
+        if megatron_cfg is None:
+            raise ConfigError(f"train.trainer_kwargs.megatron_cfg: missing; the NeMo engine needs a Megatron YAML "
+                              f"(examples: {', '.join(sorted(p.name for p in CONFIGS.glob('*.yaml')))} in {CONFIGS})")
+        require_megatron("the NeMo engine")
+        from megatron.core import parallel_state as ps
+
+        self.config, self.ps = config, ps
+        self.cpu = not torch.cuda.is_available()
+        init_distributed()
+        raw = load_megatron_cfg(megatron_cfg)
+        # the sizes are checked against the processes that are really here (never a hang)
+        raw["trainer"] = dict(raw.get("trainer") or {}, devices=dist.get_world_size(), num_nodes=1)
+        self.megatron = translate(raw, cpu=self.cpu)
+        tp, pp = self.megatron["strategy"]["tensor_model_parallel_size"], self.megatron["strategy"]["pipeline_model_parallel_size"]
+        if ps.model_parallel_is_initialized() and (
+                ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()) != (tp, pp):
+            ps.destroy_model_parallel()  # an earlier engine in this process used other sizes
+        if not ps.model_parallel_is_initialized():
+            ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+        self.tokenizer = load_tokenizer(config.tokenizer)
+        self.source = pretrained_model if pretrained_model is not None else config.model.model_path
+        precision = self.megatron["precision"]
+        # fp32 weights under a half-precision YAML (no O2): the forward passes run in autocast
+        self.autocast = getattr(torch, precision["autocast_dtype"]) if precision and precision["autocast_enabled"] else None
+        self.module = self.model = self.ref = self.optimizer = self.schedule = None
+
+    # --- facts -------------------------------------------------------------------------------
+
+    @property
+    def is_main_process(self) -> bool:
+        return dist.get_rank() == 0
+
+    @property
+    def process_index(self) -> int:
+        return self.ps.get_data_parallel_rank()
+
+    @property
+    def num_processes(self) -> int:
+        return self.ps.get_data_parallel_world_size()
+
+    @property
+    def pipeline_size(self) -> int:
+        return self.ps.get_pipeline_model_parallel_world_size()
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu") if self.cpu else torch.device("cuda", torch.cuda.current_device())
+
+    def batch_sizes(self) -> tuple[int, int]:
+        """(global_batch_size / data-parallel size, micro_batch_size) of the Megatron YAML."""
+        data = self.megatron["data"]
+        return data["global_batch_size"] // self.num_processes, data["micro_batch_size"]
+
+    # --- the model ---------------------------------------------------------------------------
+
+    def build(self, spec: ModelSpec) -> None:
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+        from megatron.core.optimizer import get_megatron_optimizer
+        from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+        from rlkit_nemo.build import freeze_lower_layers, heads_factory, model_source
+        from rlkit_nemo.models.build import build_gpt
+        from rlkit_nemo.models.sharding import load_full_state_dict
+        from rlkit_nemo.optim import LRSchedule, optimizer_config
+        from rlkit_nemo.parallel import check_parallel_sizes
+
+        self.spec = spec
+        make_heads = heads_factory(spec)
+        if spec.reference and self.pipeline_size > 1:
+            raise ConfigError("megatron_cfg.model.pipeline_model_parallel_size: PPO's rollouts (sampling and the reference "
+                              "forward) run with PP=1 only for now; use tensor_model_parallel_size instead")
+        seed = self.config.train.seed
+        torch.manual_seed(seed)  # the same initial weights on every rank (an HF config is built here)
+        model_cfg, vocab, full, self.hf_config = model_source(self.megatron["model"], self.source, len(self.tokenizer))
+        tp = self.ps.get_tensor_model_parallel_world_size()
+        check_parallel_sizes(tensor_model_parallel_size=tp, pipeline_model_parallel_size=self.pipeline_size,
+                             world_size=dist.get_world_size(), num_attention_heads=model_cfg["num_attention_heads"],
+                             num_layers=model_cfg["num_layers"], where="megatron_cfg.model")
+        if vocab % tp:
+            raise ConfigError(f"megatron_cfg.model: vocabulary size {vocab} must be divisible by tensor_model_parallel_size={tp}")
+        torch.manual_seed(seed)
+        model_parallel_cuda_manual_seed(seed)
+        self.model_cfg, self.vocab_size = model_cfg, vocab
+        module = build_gpt(model_cfg, vocab, make_heads=make_heads, cpu=self.cpu)
+        if full is not None:
+            load_full_state_dict(module, full, keep=("heads.",))  # heads start fresh
+        if spec.reference:  # a frozen copy of the initial policy: exact at step 0
+            self.ref = build_gpt(model_cfg, vocab, cpu=self.cpu)
+            self.ref.load_state_dict({k: v for k, v in module.state_dict().items() if not k.startswith("heads.")})
+            self.ref.to(self.device).eval().requires_grad_(False)
+        freeze_lower_layers(module, model_cfg["num_layers"], spec.num_layers_unfrozen)
+        self.module = module.to(self.device)
+        self.model = DistributedDataParallel(
+            config=module.config, module=module,
+            ddp_config=DistributedDataParallelConfig(
+                grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                use_distributed_optimizer=self.megatron["optimizer"]["use_distributed_optimizer"]),
+        )
+        module.config.finalize_model_grads_func = finalize_model_grads
+        self.optimizer = get_megatron_optimizer(optimizer_config(self.config, self.megatron["optimizer"]), [self.model])
+        self.schedule = LRSchedule(self.config, self.optimizer)
+        torch.manual_seed(seed + self.process_index)  # each data-parallel rank samples with its own stream
+
+    def _direct(self, model, batch: dict[str, Any]):
+        """A whole (PP=1) model's output on model inputs."""
+        from rlkit_nemo.models.gpt import causal_padding_mask
+
+        with torch.autocast(self.device.type, dtype=self.autocast) if self.autocast else nullcontext():
+            return model(batch["input_ids"], batch["position_ids"], causal_padding_mask(batch["attention_mask"]),
+                         head_kwargs=batch["head_kwargs"])
+
+    def _forward_only(self, kind: str, batch: Any) -> dict[str, Any] | None:
+        """The ``kind``'s outputs of the policy on the last stage (None on the others)."""
+        from rlkit_nemo.schedule import forward_backward
+
+        if self.pipeline_size == 1:
+            return forwards.kind_outputs(kind, self._direct(self.module, forwards.model_inputs(kind, batch)), batch)
+        zero = torch.zeros((), device=self.device)
+        found = forward_backward(self.model, [batch], kind, lambda outputs, b: (zero, outputs), forward_only=True,
+                                 autocast=self.autocast)
+        return found[0] if found else None
+
+    def _evaluating(self):
+        was = self.module.training
+        self.module.eval()
+        return was
+
+    @torch.no_grad()
+    def forward(self, kind: str, batch: Any, want: Sequence[str] = ()) -> dict[str, Any]:
+        check_forward_kind(kind)
+        batch = forwards.to_device(batch, self.device)
+        was = self._evaluating()
+        try:
+            out = self._forward_only(kind, batch)
+            if self.pipeline_size > 1:  # the last stage's outputs on every stage
+                box = [forwards.to_cpu(out) if out is not None else None]
+                dist.broadcast_object_list(box, src=self.ps.get_pipeline_model_parallel_last_rank(),
+                                           group=self.ps.get_pipeline_model_parallel_group())
+                out = box[0]
+            if "ref_logprobs" in want and self.ref is not None:
+                ref = self._direct(self.ref, forwards.model_inputs(kind, batch))
+                out["ref_logprobs"] = forwards.kind_outputs(kind, ref, batch)["logprobs"]
+        finally:
+            self.module.train(was)
+        return forwards.to_cpu(out)
+
+    @torch.no_grad()
+    def generate(self, input_ids, attention_mask=None, *, guidance: QGuidance | None = None, **gen_kwargs) -> torch.Tensor:
+        from rlkit_methods.data.padding import position_ids_from_mask
+
+        from rlkit_nemo.sampling import SAMPLING_ARGS, sample
+
+        unknown = sorted(set(gen_kwargs) - set(SAMPLING_ARGS))
+        if unknown:
+            raise ConfigError(f"method.gen_kwargs.{unknown[0]}: the NeMo engine's sampling does not take it; "
+                              f"it takes {', '.join(SAMPLING_ARGS)}")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        guidance = (guidance or QGuidance()) if self.spec.heads == "ilql" else None
+        gen_kwargs.setdefault("eos_token_id", self.tokenizer.eos_token_id)
+        gen_kwargs.setdefault("pad_token_id", self.tokenizer.pad_token_id)
+        if gen_kwargs.get("pad_token_id") is None:
+            gen_kwargs["pad_token_id"] = gen_kwargs["eos_token_id"] or 0
+
+        def run(ids, mask, head_kwargs):
+            batch = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_mask(mask)}
+            if head_kwargs:
+                batch.update(states_ixs=head_kwargs["states_ixs"], actions_ixs=head_kwargs["actions_ixs"])
+            out = self._forward_only("logits", batch)
+            return None if out is None else out["output"]
+
+        was = self._evaluating()
+        try:
+            out = sample(run, self._share_token, input_ids.to(self.device), attention_mask.to(self.device),
+                         guidance=guidance, **gen_kwargs)
+        finally:
+            self.module.train(was)
+        return out.cpu()
+
+    def _share_token(self, token: torch.Tensor | None, rows: int) -> torch.Tensor:
+        """The token TP rank 0 of the last stage sampled, on every rank of this model replica."""
+        ps = self.ps
+        if token is None:
+            token = torch.zeros(rows, dtype=torch.long, device=self.device)
+        token = token.to(self.device, torch.long).contiguous()
+        if ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_world_size() > 1:
+            dist.broadcast(token, src=ps.get_tensor_model_parallel_src_rank(), group=ps.get_tensor_model_parallel_group())
+        if self.pipeline_size > 1:
+            dist.broadcast(token, src=ps.get_pipeline_model_parallel_last_rank(), group=ps.get_pipeline_model_parallel_group())
+        return token
+
+    def step(self, kind: str, items: Sequence[Any], collate: Callable, loss: Callable) -> dict[str, float]:
+        """One optimizer step: ``items`` collated once, split into equal micro-batches of the
+        YAML's ``micro_batch_size``, forward and backward through Megatron's schedule."""
+        from rlkit_nemo.optim import optimizer_step
+        from rlkit_nemo.schedule import forward_backward
+
+        check_forward_kind(kind)
+        micro = forwards.split_rows(forwards.to_device(collate(list(items)), self.device), self.batch_sizes()[1])
+        self.model.train()
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        timer: dict[str, float] = {}
+        start = time.time()
+        stats = forward_backward(self.model, micro, kind, loss, autocast=self.autocast, timer=timer)
+        elapsed = time.time() - start
+        stepped, norm = optimizer_step(self.optimizer, self.config.train.max_grad_norm)
+        if stepped:
+            self.schedule.step()
+        out = self._mean_stats(stats)
+        out["policy/grad_norm"] = norm
+        for group, lr in enumerate(self.schedule.get_last_lr()):
+            out[f"learning_rate_group_{group}"] = lr
+        out["time/forward"] = timer.get("forward", 0.0)
+        out["time/backward"] = elapsed - out["time/forward"]
+        return out
+
+    def _mean_stats(self, stats: list[dict]) -> dict[str, float]:
+        """Mean of the last stage's micro-batch stats, sent to every stage and averaged over
+        data-parallel ranks."""
+        mean = {k: sum(float(s[k]) for s in stats) / len(stats) for k in stats[0]} if stats else {}
+        if self.pipeline_size > 1:
+            box = [mean]
+            dist.broadcast_object_list(box, src=self.ps.get_pipeline_model_parallel_last_rank(),
+                                       group=self.ps.get_pipeline_model_parallel_group())
+            mean = box[0]
+        if self.num_processes > 1 and mean:
+            keys = sorted(mean)
+            total = self.all_reduce_sum(torch.tensor([mean[k] for k in keys], dtype=torch.float64))
+            mean = dict(zip(keys, (total / self.num_processes).tolist()))
+        return mean
+
+    def sync_target(self, alpha: float) -> None:
+        if self.module.heads is not None:  # the last stage holds the heads
+            self.module.heads.sync_target_q_heads(alpha)
+
+    # --- collectives -----------------------------------------------------------------------
+
+    def gather_object(self, obj: Any) -> list[Any]:
+        if self.num_processes == 1:
+            return [obj]
+        out = [None] * self.num_processes
+        dist.all_gather_object(out, obj, group=self.ps.get_data_parallel_group())
+        return out
+
+    def broadcast_object(self, obj: Any) -> Any:
+        box = [obj]
+        if dist.get_world_size() > 1:
+            dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        out = tensor.detach().clone().to(self.device)
+        if self.num_processes > 1:
+            dist.all_reduce(out, group=self.ps.get_data_parallel_group())
+        return out.to(tensor.device)
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    # --- state -------------------------------------------------------------------------------
+
+    def save_state(self, directory) -> None:
+        directory = Path(directory)
+        self._share_rng()
+        state.save(directory, self.ps, self.module, self.optimizer, self.schedule, is_main=self.is_main_process)
+        self.export(directory / "hf_model", _barrier=False)
+
+    def load_state(self, directory) -> None:
+        state.load(Path(directory), self.ps, self.module, self.optimizer, self.schedule)
+
+    def _share_rng(self) -> None:
+        """One random state (python, numpy, torch) across a model replica's TP and PP ranks:
+        the loop writes one state file per data-parallel rank, which all of them write alike."""
+        import random
+
+        import numpy as np
+
+        group = self.ps.get_model_parallel_group()
+        if dist.get_world_size(group) > 1:
+            box = [(random.getstate(), np.random.get_state(), torch.get_rng_state())]
+            dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
+            random.setstate(box[0][0])
+            np.random.set_state(box[0][1])
+            torch.set_rng_state(box[0][2])
+
+    def export(self, directory, *, merge_adapters: bool = False, _barrier: bool = True, **kwargs) -> None:
+        """Written by the main process; every rank calls it (the shards are gathered first)."""
+        from rlkit_nemo.models.sharding import full_state_dict
+
+        if _barrier:
+            self.barrier()
+        full = full_state_dict(self.module)
+        if self.is_main_process:
+            state.export(Path(directory), full, self.hf_config, self.tokenizer)
+        if _barrier:
+            self.barrier()
+
+    @property
+    def unwrapped_model(self):
+        return self.module
+

@@ -1,0 +1,145 @@
+"""The engine's forward kinds (``rlkit_core.engine``) on a Megatron GPT's outputs.
+
+A forward kind is two halves: :func:`model_inputs` (what every pipeline stage feeds the
+model: tokens, positions, mask, the heads' indices) and :func:`kind_outputs` (on the last
+stage: the method's tensors from the vocab-parallel logits and the heads). The math stays
+vocab-parallel where it can:
+
+* ``log pi(a|s) = -CE(logits, a)`` with Megatron's vocab-parallel cross-entropy, which
+  all-reduces the max, the softmax denominator and the target logit over TP ranks, so the
+  (B, T, V) logits are never gathered;
+* ILQL's terms need the whole vocabulary at the actions: the (B, A, V / tp) slices are gathered
+  over TP (a differentiable all-gather whose backward hands each rank its slice).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from rlkit_methods.data.padding import position_ids_from_mask
+
+
+def get(batch: Any, key: str, default: Any = None) -> Any:
+    return batch.get(key, default) if isinstance(batch, dict) else getattr(batch, key, default)
+
+
+def vocab_parallel_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[label]: (B, T, V / tp), (B, T) -> (B, T), identical on every TP rank."""
+    from megatron.core import tensor_parallel
+
+    # Megatron's cross-entropy subtracts the max in place: give it its own float copy
+    return -tensor_parallel.vocab_parallel_cross_entropy(logits.to(torch.float32, copy=True), labels)
+
+
+def gather_vocab(x: torch.Tensor) -> torch.Tensor:
+    """(..., V / tp) -> (..., V), differentiable."""
+    from megatron.core import tensor_parallel
+
+    return tensor_parallel.gather_from_tensor_model_parallel_region(x.float())
+
+
+def model_inputs(kind: str, batch: Any) -> dict[str, Any]:
+    """input_ids, position_ids, attention_mask (B, T) and head_kwargs of a ``kind`` batch
+    (the engine's own kind ``"logits"``: the raw output at the last position, for sampling)."""
+    if kind == "response":
+        ids = torch.cat([get(batch, "query_tensors"), get(batch, "response_tensors")], dim=1)  # (B, Q + R)
+        mask = get(batch, "attention_mask")
+        head_kwargs = None
+    else:
+        ids, mask = get(batch, "input_ids"), get(batch, "attention_mask")
+        has_heads = kind == "ilql" or (kind == "logits" and get(batch, "states_ixs") is not None)
+        head_kwargs = {"states_ixs": get(batch, "states_ixs"), "actions_ixs": get(batch, "actions_ixs")} if has_heads else None
+    positions = get(batch, "position_ids")
+    if positions is None:
+        positions = position_ids_from_mask(mask)
+    return {"input_ids": ids, "position_ids": positions, "attention_mask": mask, "head_kwargs": head_kwargs}
+
+
+def kind_outputs(kind: str, output: Any, batch: Any) -> dict[str, Any]:
+    """The ``kind``'s tensors from a last-stage output: logits (B, T, V / tp), or
+    (logits, heads) when the model has heads."""
+    logits, heads = output if isinstance(output, tuple) else (output, None)
+    if kind == "logits":  # sampling: the last position's logits (and the heads at the indices asked)
+        return {"output": (logits[:, -1:], heads) if heads is not None else logits[:, -1:]}
+    if kind == "response":
+        response = get(batch, "response_tensors")
+        Q = get(batch, "query_tensors").shape[1]
+        # position Q - 1 + t reads the query and response_<t and predicts response_t
+        out = {"logprobs": vocab_parallel_logprobs(logits[:, Q - 1 : -1], response)}  # (B, R)
+        if heads is not None:
+            out["values"] = heads[:, Q - 1 : -1, 0].float()  # (B, R)
+        return out
+    if kind == "tokens":
+        from rlkit_methods.sft.store import IGNORE_INDEX
+
+        labels = get(batch, "labels")[:, 1:]  # (B, T - 1): position t predicts token t + 1
+        mask = (labels != IGNORE_INDEX).float()
+        logprobs = vocab_parallel_logprobs(logits[:, :-1], labels.clamp(min=0)) * mask
+        return {"logprobs": logprobs, "mask": mask}
+    from rlkit_methods.ilql.losses import batched_index_select
+
+    qs, target_qs, vs = heads
+    return {
+        "action_logits": gather_vocab(batched_index_select(logits, get(batch, "actions_ixs"), dim=1)),  # (B, A, V)
+        "qs": tuple(gather_vocab(q) for q in qs),  # (B, A, V) each
+        "target_qs": tuple(gather_vocab(q) for q in target_qs),
+        "vs": vs.float(),  # (B, S, 1)
+    }
+
+
+def batch_size(batch: Any) -> int:
+    fields = _fields(batch)
+    return next(v.shape[0] for v in fields.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
+
+
+def _fields(batch: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(batch):
+        return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    return dict(batch)
+
+
+def slice_rows(batch: Any, start: int, stop: int, rows: int) -> Any:
+    """Rows ``start:stop`` of every (rows, ...) tensor or per-row list of a tensor, dict or
+    dataclass batch (nested); other values are shared."""
+    if isinstance(batch, torch.Tensor):
+        return batch[start:stop] if batch.dim() > 0 and batch.shape[0] == rows else batch
+    if isinstance(batch, list) and len(batch) == rows:
+        return batch[start:stop]
+    if dataclasses.is_dataclass(batch) or isinstance(batch, dict):
+        parts = {k: slice_rows(v, start, stop, rows) for k, v in _fields(batch).items()}
+        return dataclasses.replace(batch, **parts) if dataclasses.is_dataclass(batch) else parts
+    return batch
+
+
+def split_rows(batch: Any, micro_batch_size: int) -> list[Any]:
+    """A collated batch -> equal micro-batches of ``micro_batch_size`` rows (Megatron's
+    schedule sends fixed-shape activations between stages)."""
+    rows = batch_size(batch)
+    if rows % micro_batch_size:
+        raise ValueError(f"a batch of {rows} rows does not split into micro-batches of {micro_batch_size}")
+    return [slice_rows(batch, i, i + micro_batch_size, rows) for i in range(0, rows, micro_batch_size)]
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    if dataclasses.is_dataclass(batch) or isinstance(batch, dict):
+        parts = {k: to_device(v, device) for k, v in _fields(batch).items()}
+        return dataclasses.replace(batch, **parts) if dataclasses.is_dataclass(batch) else parts
+    return batch
+
+
+def to_cpu(outputs: dict[str, Any]) -> dict[str, Any]:
+    def move(value):
+        if isinstance(value, torch.Tensor):
+            return value.detach().cpu()
+        if isinstance(value, (list, tuple)):
+            return type(value)(move(v) for v in value)
+        return value
+
+    return {k: move(v) for k, v in outputs.items()}

@@ -1,0 +1,87 @@
+"""Autoregressive sampling on a (tensor/pipeline-parallel) Megatron GPT.
+
+Each new token reruns the whole sequence (no KV cache): the last stage turns the final
+position's vocab-parallel logits into full next-token logits (gathered over TP), steered by
+ILQL's heads when asked (:func:`rlkit_methods.ilql.sampling.q_guided_logits`), and one rank
+samples; the token is then shared with the other ranks of the model replica, so every TP and
+PP rank holds the same sequences. Data-parallel ranks sample with their own seeds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from rlkit_core.engine import QGuidance
+
+SAMPLING_ARGS = ("max_new_tokens", "eos_token_id", "pad_token_id", "temperature", "top_k", "top_p", "do_sample")
+
+
+def next_token_logits(output: Any, last_tokens: torch.Tensor, guidance: Optional[QGuidance], top_k: int,
+                      temperature: float) -> torch.Tensor:
+    """(B, V) logits to sample from (top-k and temperature applied), from a last-stage output
+    at the final position."""
+    from rlkit_methods.ilql.sampling import q_guided_logits, topk_mask
+
+    from rlkit_nemo.forwards import gather_vocab
+
+    logits, heads = output if isinstance(output, tuple) else (output, None)
+    logits = gather_vocab(logits[:, -1])  # (B, V)
+    if guidance is None or heads is None:
+        return topk_mask(logits / temperature, top_k)
+    _, target_qs, vs = heads  # Q and V at the final position
+    q = gather_vocab(target_qs[0][:, -1])
+    for tq in target_qs[1:]:
+        q = q.minimum(gather_vocab(tq[:, -1]))
+    mask = None if guidance.logit_mask is None else torch.as_tensor(guidance.logit_mask, dtype=torch.bool)
+    return q_guided_logits(logits, q, vs[:, -1].float(), beta=guidance.beta, top_k=top_k, temperature=temperature,
+                           logit_mask=mask, last_tokens=last_tokens)
+
+
+@torch.no_grad()
+def sample(run: Callable[[torch.Tensor, torch.Tensor, Optional[dict]], Any], share: Callable[[Optional[torch.Tensor], int], torch.Tensor],
+           input_ids: torch.Tensor, attention_mask: torch.Tensor, *, guidance: Optional[QGuidance] = None,
+           max_new_tokens: int = 20, eos_token_id: Optional[int] = None, pad_token_id: int = 0, temperature: float = 1.0,
+           top_k: int = 0, top_p: float = 1.0, do_sample: bool = True) -> torch.Tensor:
+    """Left-padded prompts (B, Q) -> (B, Q + N): the prompts, then new tokens, pad after EOS.
+
+    ``run(ids, mask, head_kwargs)`` is the model's output on the last stage (None elsewhere);
+    ``share(token or None, batch)`` returns the token the sampling rank chose, on every rank."""
+    if temperature <= 0:
+        raise ValueError(f"gen_kwargs.temperature: must be > 0, got {temperature}")
+    ids, mask = input_ids, attention_mask
+    B = ids.shape[0]
+    done = torch.zeros(B, dtype=torch.bool, device=ids.device)
+    for _ in range(max_new_tokens):
+        T = ids.shape[1]
+        last = torch.full((B, 1), T - 1, device=ids.device)
+        head_kwargs = {"states_ixs": last, "actions_ixs": last} if guidance is not None else None
+        output = run(ids, mask, head_kwargs)
+        token = None
+        if output is not None:
+            logits = next_token_logits(output, ids[:, -1], guidance, top_k, temperature)
+            if do_sample:
+                if top_p < 1.0:
+                    logits = _top_p(logits, top_p)
+                token = torch.multinomial(logits.softmax(-1), 1)[:, 0]
+            else:
+                token = logits.argmax(-1)
+        token = share(token, B).to(ids.device)
+        real = ~done  # EOS itself is a real token; what follows it is padding
+        token = torch.where(done, torch.full_like(token, pad_token_id), token)
+        ids = torch.cat([ids, token[:, None]], 1)
+        mask = torch.cat([mask, real.long()[:, None]], 1)
+        if eos_token_id is not None:
+            done = done | (token == eos_token_id)
+        if bool(done.all()):
+            break
+    return ids
+
+
+def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of tokens whose probability reaches ``top_p`` (nucleus sampling)."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    cumulative = sorted_logits.softmax(-1).cumsum(-1)
+    drop = cumulative - sorted_logits.softmax(-1) >= top_p  # tokens after the nucleus
+    return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
