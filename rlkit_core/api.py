@@ -187,8 +187,10 @@ def _feed(trainer, config, registry, mode, samples, rewards, prompts, eval_promp
     pipeline_cls = load_target(pipeline_spec.target, what="pipeline")
     seq2seq = config.model.model_arch_type == "seq2seq"
 
+    template = {"chat_template": config.tokenizer.chat_template} if config.tokenizer.chat_template else {}
+
     def pipeline(items):
-        return pipeline_cls(items, prompt_budget, trainer.tokenizer, add_special_tokens=seq2seq)
+        return pipeline_cls(items, prompt_budget, trainer.tokenizer, add_special_tokens=seq2seq, **template)
 
     if mode == "online":
         prompts = list(prompts) if prompts is not None else [trainer.tokenizer.bos_token] * batch_size

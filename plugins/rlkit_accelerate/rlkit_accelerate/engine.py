@@ -30,6 +30,7 @@ from rlkit_accelerate.build import build_model, is_seq2seq
 from rlkit_accelerate.forwards import ilql_forward, response_forward, tokens_forward
 from rlkit_accelerate.models.adapters import save_base_model, virtual_tokens
 from rlkit_accelerate.optim import make_optimizer, make_scheduler
+from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly
 from rlkit_accelerate.sharding import (
     configure_deepspeed,
     expose_block_classes,
@@ -70,6 +71,7 @@ class AccelerateEngine:
         if kwargs:
             raise ConfigError(f"train.trainer_kwargs: the accelerate engine does not accept {', '.join(sorted(kwargs))}")
         self.config = config
+        deepspeed_on_cpu_quietly()  # before accelerate imports DeepSpeed: no "Setting accelerator to CPU" line
         # accelerate runs several CPU processes (torchrun, gloo) only when told it is on CPU
         multi_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
         self.accelerator = Accelerator(cpu=multi_cpu)

@@ -195,7 +195,7 @@ class RLTrainer:
         stats: dict[str, Any] = {}
         all_rows: list[dict[str, Any]] = []
         if self.progress_bar is not None:
-            self.progress_bar.show_phase("eval")
+            self.progress_bar.show_phase("eval", self.iter_count)
         start_all = time.time()
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         with torch.random.fork_rng(devices=devices):  # evaluation never shifts the training RNG
@@ -312,8 +312,9 @@ class RLTrainer:
             if train.save_best and score > self.best_score:
                 self.best_score = score
                 self.save(self.checkpoint_dir / "best_checkpoint")
-        self.metrics_log.write(self.iter_count, "train", {k: v for k, v in stats.items() if k not in results})
-        self.tracker.log(stats, self.iter_count)
+        train_stats = {k: v for k, v in stats.items() if k not in results}  # evaluate() logged the rest
+        self.metrics_log.write(self.iter_count, "train", train_stats)
+        self.tracker.log(train_stats, self.iter_count)
         self.hooks.rlkit_step_end(trainer=self, step=self.iter_count, metrics=stats, is_main_process=self.is_main_process)
         log_fn = self.callbacks.get("log") if hasattr(self, "callbacks") else None
         if log_fn is not None:
