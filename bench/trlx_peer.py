@@ -16,9 +16,9 @@ What is not installed as pinned, and why (all on one CPU process, no GPU):
   0.1.5, the release that fixed it.
 - ``setuptools<81``: ray 2.6.3 imports ``pkg_resources``, which torch 2.13's setuptools floor
   would otherwise resolve past.
-- ``deepspeed==0.10.1`` does not import with torch 2.13 and trlX calls it only under ZeRO-3:
-  not installed; ``bench/standins/deepspeed`` is put on the worker's path instead (calling it
-  raises). ``wandb`` and ``ray`` install as pinned and stay unused (``train.tracker`` null, no
+- ``deepspeed==0.10.1`` does not import with torch 2.13: not installed; ``bench/standins/deepspeed``
+  is put on the worker's path instead (``zero.GatheredParameters`` a no-op for unpartitioned
+  parameters, as deepspeed's own is without ZeRO-3; anything else raises). ``wandb`` and ``ray`` install as pinned and stay unused (``train.tracker`` null, no
   ray session).
 """
 

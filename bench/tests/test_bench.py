@@ -321,3 +321,25 @@ def test_eval_share_reads_evaluation_time_and_the_last_evaluations_spread(tmp_pa
     assert spread["n"] == 4 and spread["mean"] == 0.5 and spread["se"] == pytest.approx((1 / 3) ** 0.5 / 2)
     assert eval_share.yaml_path("ilql_t5").name == "ilql_t5_randomwalks.yml"
     assert eval_share.yaml_path("ppo_lora").name == "ppo_lora_randomwalks.yml"
+
+
+def test_the_deepspeed_stand_in_gathers_nothing_without_zero3_and_refuses_the_rest():
+    sys.path.insert(0, str(run.BENCH / "standins"))
+    try:
+        import deepspeed
+    finally:
+        sys.path.pop(0)
+
+    class Param:
+        pass
+
+    with deepspeed.zero.GatheredParameters([Param()], modifier_rank=None):
+        pass  # trlX's hydra branch copy on one process
+    partitioned = Param()
+    partitioned.ds_id = 3
+    with pytest.raises(RuntimeError, match="stand-in for deepspeed was called"):
+        with deepspeed.zero.GatheredParameters([partitioned]):
+            pass
+    with pytest.raises(RuntimeError, match="stand-in"):
+        deepspeed.comm.get_rank()
+    sys.modules.pop("deepspeed", None)
