@@ -35,10 +35,11 @@ def init_distributed() -> None:
     """torch.distributed from torchrun's environment (a world of one without it)."""
     if dist.is_initialized():
         return
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29511")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend, rank=int(os.environ.get("RANK", 0)), world_size=int(os.environ.get("WORLD_SIZE", 1)))
+    if "WORLD_SIZE" not in os.environ:  # one process: an in-memory store, no port to clash over
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    else:
+        dist.init_process_group(backend, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
 

@@ -11,11 +11,23 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from megatron.core import tensor_parallel
 from megatron.core.transformer import TransformerConfig
+
+
+def linear_init(fan_in: int):
+    """torch's ``nn.Linear`` weight initialisation, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as
+    trlX's heads have (Megatron's default, N(0, 0.02) and a smaller output layer, starts Q and
+    V several times smaller and ILQL learns slower from it). The bound is the whole layer's,
+    so it is the same whether the master weight or one TP partition is initialised; biases
+    start at zero (Megatron's rule)."""
+    bound = 1.0 / math.sqrt(fan_in)
+    return lambda weight: torch.nn.init.uniform_(weight, -bound, bound)
 
 
 class ParallelMLPHead(nn.Module):
@@ -24,10 +36,10 @@ class ParallelMLPHead(nn.Module):
     def __init__(self, config: TransformerConfig, hidden_size: int, out_size: int = 1):
         super().__init__()
         self.up = tensor_parallel.ColumnParallelLinear(
-            hidden_size, 2 * hidden_size, config=config, init_method=config.init_method, bias=True, gather_output=False
+            hidden_size, 2 * hidden_size, config=config, init_method=linear_init(hidden_size), bias=True, gather_output=False
         )
         self.down = tensor_parallel.RowParallelLinear(
-            2 * hidden_size, out_size, config=config, init_method=config.output_layer_init_method,
+            2 * hidden_size, out_size, config=config, init_method=linear_init(2 * hidden_size),
             bias=True, input_is_parallel=True, skip_bias_add=False,
         )
 
@@ -44,10 +56,10 @@ class VocabParallelQHead(nn.Module):
         super().__init__()
         # the vocabulary split needs the full 2H activations on every rank: gather them once
         self.up = tensor_parallel.ColumnParallelLinear(
-            hidden_size, 2 * hidden_size, config=config, init_method=config.init_method, bias=True, gather_output=True
+            hidden_size, 2 * hidden_size, config=config, init_method=linear_init(hidden_size), bias=True, gather_output=True
         )
         self.out = tensor_parallel.ColumnParallelLinear(
-            2 * hidden_size, vocab_size, config=config, init_method=config.output_layer_init_method,
+            2 * hidden_size, vocab_size, config=config, init_method=linear_init(2 * hidden_size),
             bias=True, gather_output=False,
         )
 
