@@ -100,6 +100,11 @@ class Engine(Protocol):
         """The data-parallel size: how many different batches one step sees."""
 
     @property
+    def writes_rank_state(self) -> bool:
+        """True on exactly one rank per data-parallel index: the one that writes the loop's
+        per-rank state file (ranks of one TP/PP replica share it)."""
+
+    @property
     def is_seq2seq(self) -> bool:
         """Whether the model is an encoder-decoder (the data layout differs)."""
 

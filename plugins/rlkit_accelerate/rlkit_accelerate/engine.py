@@ -80,6 +80,7 @@ class AccelerateEngine:
         self.process_index = self.accelerator.process_index
         self.num_processes = self.accelerator.num_processes
         self.device = self.accelerator.device
+        self.writes_rank_state = True  # every rank is its own data-parallel index
         set_seed(config.train.seed)  # before the model: a model built from a config is the same everywhere
         self.tokenizer = load_tokenizer(config.tokenizer, assets.resolve)
         self.model = self.opt = self.scheduler = None

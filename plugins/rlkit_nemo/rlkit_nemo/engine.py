@@ -88,6 +88,11 @@ class MegatronEngine:
         return self.ps.get_data_parallel_rank()
 
     @property
+    def writes_rank_state(self) -> bool:
+        """One rank per data-parallel index writes the loop's per-rank state (TP/PP ranks share it)."""
+        return self.ps.get_tensor_model_parallel_rank() == 0 and self.ps.get_pipeline_model_parallel_rank() == 0
+
+    @property
     def num_processes(self) -> int:
         return self.ps.get_data_parallel_world_size()
 

@@ -20,7 +20,13 @@ def counting_reward(samples, **kwargs):
     return reward_fn(samples)
 
 
+def raising_reward(samples, **kwargs):
+    raise ValueError("boom")
+
+
 kwargs = {"reward_fn": counting_reward} if method.startswith("ppo") else {}
+if method == "ppo_raising":  # the main process's scoring error must reach the other rank
+    method, kwargs = "ppo", {"reward_fn": raising_reward}
 overrides = dict(train=dict(total_steps=4, eval_interval=4, checkpoint_interval=4))
 if method.endswith("_lora"):
     method = method.removesuffix("_lora")

@@ -49,3 +49,15 @@ def test_ppo_with_lora_on_two_processes(tmp_path):
 def test_ilql_on_two_processes(tmp_path):
     torchrun("ilql", tmp_path)
     assert (tmp_path / "ckpts" / "checkpoint_4" / "loop_state_1.pt").is_file()
+
+
+def test_a_raising_reward_stops_both_processes_with_its_name(tmp_path):
+    """The reward runs on the main process only; its error reaches the other rank instead of
+    leaving it waiting in the broadcast."""
+    runner = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    result = subprocess.run(
+        [runner, "--nproc_per_node", "2", "--master_port", str(29700 + os.getpid() % 200), str(SCRIPT), "ppo_raising", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert result.returncode != 0
+    assert result.stderr.count("reward function raising_reward failed at step 0: ValueError: boom") >= 2, result.stderr[-3000:]

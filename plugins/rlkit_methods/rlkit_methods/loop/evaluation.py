@@ -41,6 +41,23 @@ def call_scorer(fn: Callable, kind: str, step: int, samples, prompts, outputs, m
         raise RlkitError(f"{kind} function {name} failed at step {step}: {type(exc).__name__}: {exc}") from exc
 
 
+def on_main(engine, compute: Callable[[], Any]) -> Any:
+    """``compute()`` on the main process, its result on every rank. An error there reaches
+    every rank as one (the others would otherwise wait in the broadcast until it times out)."""
+    result, error = None, None
+    if engine.is_main_process:
+        try:
+            result = compute()
+        except Exception as exc:  # re-raised below, on every rank
+            error = exc
+    shared = engine.broadcast_object({"error": str(error)} if error is not None else {"result": result})
+    if error is not None:
+        raise error
+    if "error" in shared:
+        raise RlkitError(shared["error"])
+    return shared["result"]
+
+
 def generate_rows(trainer, extra_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
     """Generate for this rank's eval prompts; every rank gets all rows, in prompt order."""
     pipeline, engine = trainer.eval_pipeline, trainer.engine
@@ -69,8 +86,8 @@ def score_rows(trainer, rows: list[dict[str, Any]], suffix: str) -> tuple[dict[s
     str_samples, str_prompts, str_outputs = trainer.decode(prompts, [r["prompt_ids"] + r["output_ids"] for r in rows])
     metadata = {k: [r["metadata"][k] for r in rows] for k in (rows[0]["metadata"] if rows else {})}
     out = [{"prompt": p, "output": o} for p, o in zip(str_prompts, str_outputs)]
-    result: dict[str, Any] = {}
-    if trainer.is_main_process:
+    def score() -> dict[str, Any]:
+        result: dict[str, Any] = {}
         args = (str_samples, str_prompts, str_outputs, metadata, trainer.tokenizer)
         if trainer.reward_fn is not None:
             rewards = check_scores(call_scorer(trainer.reward_fn, "reward", trainer.iter_count, *args), len(rows))
@@ -78,7 +95,9 @@ def score_rows(trainer, rows: list[dict[str, Any]], suffix: str) -> tuple[dict[s
         if trainer.metric_fn is not None:
             result["metrics"] = check_metrics(call_scorer(trainer.metric_fn, "metric", trainer.iter_count, *args),
                                               trainer.metric_fn, len(rows))
-    result = trainer.engine.broadcast_object(result)
+        return result
+
+    result = on_main(trainer.engine, score)
     if "rewards" in result:
         stats[f"reward/mean{suffix}"] = sum(result["rewards"]) / max(len(result["rewards"]), 1)
         for row, reward in zip(out, result["rewards"]):

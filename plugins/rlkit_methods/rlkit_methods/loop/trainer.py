@@ -339,14 +339,16 @@ class RLTrainer:
         tmp = temporary_for(directory)
         with write_errors(directory):
             engine.save_state(tmp)
-            write_state(tmp / f"loop_state_{engine.process_index}.pt", {
+            state = {
                 "iter_count": self.iter_count,
                 "nth_evaluation": self.nth_evaluation,
                 "position": list(self.position),
                 "best_score": self.best_score,
                 "rng": rng_state(),
                 "method": self.method_state(),
-            })
+            }
+            if engine.writes_rank_state:  # ranks of one TP/PP replica share one file
+                write_state(tmp / f"loop_state_{engine.process_index}.pt", state)
             if self.is_main_process:
                 self.config.save_yaml(tmp / "config.yml")
         engine.barrier()

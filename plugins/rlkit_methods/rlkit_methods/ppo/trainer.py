@@ -24,7 +24,7 @@ from rlkit_methods.common.stats import RunningMoments
 from rlkit_methods.common.validate import check_scores
 from rlkit_methods.data.padding import pad
 from rlkit_methods.loop.batching import pass_batches
-from rlkit_methods.loop.evaluation import call_scorer
+from rlkit_methods.loop.evaluation import call_scorer, on_main
 from rlkit_methods.loop.trainer import RLTrainer
 from rlkit_methods.ppo.losses import clip_scores, kl_penalty_rewards, scale_scores
 from rlkit_methods.ppo.store import PPORLBatch, PPORLElement, PPORolloutStorage
@@ -110,8 +110,8 @@ class PPOTrainer(RLTrainer):
         engine = self.engine
         rows = [dict(zip(metadata, v)) for v in zip(*metadata.values())] or [{}] * len(str_samples)
         everything = engine.gather_object(list(zip(str_samples, str_prompts, str_outputs, rows)))
-        parts = None
-        if self.is_main_process:
+
+        def score() -> list:
             flat = [row for part in everything for row in part]
             extra = {k: [row[3][k] for row in flat] for k in (flat[0][3] if flat else {})}
             scores = call_scorer(self.reward_fn, "reward", self.iter_count, [r[0] for r in flat], [r[1] for r in flat],
@@ -120,8 +120,9 @@ class PPOTrainer(RLTrainer):
             bounds = [0]
             for part in everything:
                 bounds.append(bounds[-1] + len(part))
-            parts = [scores[a:b] for a, b in zip(bounds, bounds[1:])]
-        return engine.broadcast_object(parts)[engine.process_index]
+            return [scores[a:b] for a, b in zip(bounds, bounds[1:])]
+
+        return on_main(engine, score)[engine.process_index]
 
     @torch.no_grad()
     def make_experience(self, num_rollouts: int = 1024, iter_count: int = 0, verbose: bool = False) -> None:

@@ -27,7 +27,7 @@ from rlkit_core.engine import ModelSpec
 from rlkit_core.errors import ConfigError, RlkitError
 
 from rlkit_methods.common.validate import check_scores
-from rlkit_methods.loop.evaluation import call_scorer
+from rlkit_methods.loop.evaluation import call_scorer, on_main
 from rlkit_methods.loop.trainer import RLTrainer
 from rlkit_methods.rft.selection import add_generations, is_growth_step, select_samples
 from rlkit_methods.rft.store import make_rft_store
@@ -83,8 +83,8 @@ class RFTTrainer(RLTrainer):
         """Every rank's samples, scored once on the main process; the same lists on every rank."""
         engine = self.engine
         everything = engine.gather_object(list(zip(prompts, outputs)))
-        scored = None
-        if self.is_main_process:
+
+        def score():
             pairs = [pair for part in everything for pair in part]
             all_prompts, all_outputs = [p for p, _ in pairs], [o for _, o in pairs]
             scores = call_scorer(self.reward_fn, "reward", self.iter_count, [p + o for p, o in pairs], all_prompts,
@@ -92,8 +92,9 @@ class RFTTrainer(RLTrainer):
             scores = check_scores(scores, len(pairs))
             if any(isinstance(s, list) for s in scores):
                 raise ConfigError("reward: RFT ranks whole samples; give one score per sample, not one per token")
-            scored = (all_prompts, all_outputs, [float(s) for s in scores])
-        return engine.broadcast_object(scored)
+            return all_prompts, all_outputs, [float(s) for s in scores]
+
+        return on_main(engine, score)
 
     @torch.no_grad()
     def make_experience(self, num_rollouts: Any = None, iter_count: int = 0) -> None:
