@@ -67,9 +67,9 @@ class RLTrainer:
         train = config.train
         self.checkpoint_dir = Path(train.checkpoint_dir)
         self.logging_dir = Path(train.logging_dir) if train.logging_dir else self.checkpoint_dir / "logs"
+        self.engine.build(self.model_spec())  # a config the engine refuses leaves no folder behind
         self.run_dir = self.claim_run_dir()  # before the metrics log, which starts a new run's file
         self.tracker = Tracker(config, self.logging_dir, enabled=self.is_main_process)
-        self.engine.build(self.model_spec())
         self.generate_kwargs, self.generate_sweep_kwarg = evaluation.generation_settings(config.method.gen_kwargs, self.tokenizer)
         self.metrics_log = MetricsLog(self.logging_dir, enabled=self.is_main_process, resume=bool(train.resume_from_checkpoint))
         self.eval_pipeline = None
