@@ -15,6 +15,7 @@ only when there are at least two samples and ``std > 0`` (equal rewards give 0, 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -82,7 +83,7 @@ class ILQLRolloutStorage(Dataset):
 
     def create_loader(self, batch_size: int, shuffle: bool = True, drop_last: bool | None = None, **kwargs) -> DataLoader:
         if drop_last is None:
-            drop_last = torch.distributed.is_available() and torch.distributed.is_initialized()
+            drop_last = several_processes()
         return DataLoader(self, batch_size=batch_size, shuffle=shuffle, collate_fn=ilql_collate_fn,
                           drop_last=drop_last, **kwargs)
 
@@ -121,8 +122,13 @@ class ILQLSeq2SeqRolloutStorage(Dataset):
 
     def create_loader(self, batch_size: int, shuffle: bool = True, drop_last: bool | None = None, **kwargs) -> DataLoader:
         if drop_last is None:
-            drop_last = torch.distributed.is_available() and torch.distributed.is_initialized()
+            drop_last = several_processes()
         return DataLoader(self, batch_size=batch_size, shuffle=shuffle, collate_fn=self.collate, drop_last=drop_last, **kwargs)
+
+
+def several_processes() -> bool:
+    """trlX's loaders dropped the last batch when several processes ran (torchrun's WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def normalize_rewards(rewards: Sequence[float]) -> torch.Tensor:
