@@ -1,6 +1,7 @@
 """The bench's own logic: statistics, run order, per-process memory, phase accounting and
 the tables. No test here times anything real (timings are the bench's output, not a test)."""
 
+import importlib.util
 import json
 import sys
 
@@ -324,11 +325,11 @@ def test_eval_share_reads_evaluation_time_and_the_last_evaluations_spread(tmp_pa
 
 
 def test_the_deepspeed_stand_in_gathers_nothing_without_zero3_and_refuses_the_rest():
-    sys.path.insert(0, str(run.BENCH / "standins"))
-    try:
-        import deepspeed
-    finally:
-        sys.path.pop(0)
+    # Loaded by file: the real deepspeed may already sit in sys.modules from earlier tests.
+    spec = importlib.util.spec_from_file_location("bench_deepspeed_standin",
+                                                  run.BENCH / "standins" / "deepspeed" / "__init__.py")
+    deepspeed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(deepspeed)
 
     class Param:
         pass
@@ -342,4 +343,3 @@ def test_the_deepspeed_stand_in_gathers_nothing_without_zero3_and_refuses_the_re
             pass
     with pytest.raises(RuntimeError, match="stand-in"):
         deepspeed.comm.get_rank()
-    sys.modules.pop("deepspeed", None)
