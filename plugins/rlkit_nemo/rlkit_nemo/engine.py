@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -122,13 +121,11 @@ class MegatronEngine:
         from rlkit_nemo.models.sharding import load_full_state_dict
         from rlkit_nemo.optim import LRSchedule, optimizer_config
         from rlkit_nemo.parallel import check_parallel_sizes
+        from rlkit_nemo.pipeline import seeded
 
         self.spec = spec
-        make_heads = heads_factory(spec)
-        if spec.reference and self.pipeline_size > 1:
-            raise ConfigError("megatron_cfg.model.pipeline_model_parallel_size: PPO's rollouts (sampling and the reference "
-                              "forward) run with PP=1 only for now; use tensor_model_parallel_size instead")
         seed = self.config.train.seed
+        make_heads = seeded(heads_factory(spec), seed)  # the same heads at every TP/PP layout
         torch.manual_seed(seed)  # the same initial weights on every rank (an HF config is built here)
         model_cfg, vocab, full, self.hf_config = model_source(self.megatron["model"], self.source, len(self.tokenizer))
         tp = self.ps.get_tensor_model_parallel_world_size()
@@ -160,24 +157,12 @@ class MegatronEngine:
         self.schedule = LRSchedule(self.config, self.optimizer)
         torch.manual_seed(seed + self.process_index)  # each data-parallel rank samples with its own stream
 
-    def _direct(self, model, batch: dict[str, Any]):
-        """A whole (PP=1) model's output on model inputs."""
-        from rlkit_nemo.models.gpt import causal_padding_mask
+    def _outputs(self, model, kind: str, micro_batches: list) -> dict[str, Any] | None:
+        """The ``kind``'s outputs of ``model`` (the policy or the reference: this rank's stage)
+        over ``micro_batches`` on the last stage (None on the others)."""
+        from rlkit_nemo.pipeline import forward_outputs
 
-        with torch.autocast(self.device.type, dtype=self.autocast) if self.autocast else nullcontext():
-            return model(batch["input_ids"], batch["position_ids"], causal_padding_mask(batch["attention_mask"]),
-                         head_kwargs=batch["head_kwargs"])
-
-    def _forward_only(self, kind: str, batch: Any) -> dict[str, Any] | None:
-        """The ``kind``'s outputs of the policy on the last stage (None on the others)."""
-        from rlkit_nemo.schedule import forward_backward
-
-        if self.pipeline_size == 1:
-            return forwards.kind_outputs(kind, self._direct(self.module, forwards.model_inputs(kind, batch)), batch)
-        zero = torch.zeros((), device=self.device)
-        found = forward_backward(self.model, [batch], kind, lambda outputs, b: (zero, outputs), forward_only=True,
-                                 autocast=self.autocast)
-        return found[0] if found else None
+        return forward_outputs(model, kind, micro_batches, pipelined=self.pipeline_size > 1, autocast=self.autocast)
 
     def _evaluating(self):
         was = self.module.training
@@ -186,28 +171,30 @@ class MegatronEngine:
 
     @torch.no_grad()
     def forward(self, kind: str, batch: Any, want: Sequence[str] = ()) -> dict[str, Any]:
+        """No-grad outputs in micro-batches of the YAML's ``micro_batch_size``, through the
+        pipeline stages; the reference (a frozen copy, split into the same stages) the same way.
+        The last stage's outputs reach every stage of the replica."""
+        from rlkit_nemo.pipeline import from_last_stage
+
         check_forward_kind(kind)
-        batch = forwards.to_device(batch, self.device)
+        micro = forwards.chunk_rows(forwards.to_device(batch, self.device), self.batch_sizes()[1])
         was = self._evaluating()
         try:
-            out = self._forward_only(kind, batch)
-            if self.pipeline_size > 1:  # the last stage's outputs on every stage
-                box = [forwards.to_cpu(out) if out is not None else None]
-                dist.broadcast_object_list(box, src=self.ps.get_pipeline_model_parallel_last_rank(),
-                                           group=self.ps.get_pipeline_model_parallel_group())
-                out = box[0]
+            out = self._outputs(self.module, kind, micro)
             if "ref_logprobs" in want and self.ref is not None:
-                ref = self._direct(self.ref, forwards.model_inputs(kind, batch))
-                out["ref_logprobs"] = forwards.kind_outputs(kind, ref, batch)["logprobs"]
+                ref = self._outputs(self.ref, kind, micro)
+                if out is not None:
+                    out["ref_logprobs"] = ref["logprobs"]
         finally:
             self.module.train(was)
-        return forwards.to_cpu(out)
+        return from_last_stage(forwards.to_cpu(out) if out is not None else None, self.ps)
 
     @torch.no_grad()
     def generate(self, input_ids, attention_mask=None, *, guidance: QGuidance | None = None, **gen_kwargs) -> torch.Tensor:
-        from rlkit_methods.data.padding import position_ids_from_mask
-
-        from rlkit_nemo.sampling import SAMPLING_ARGS, sample
+        """``gen_kwargs.use_cache`` (default true): megatron-core's KV cache; false reruns the
+        whole sequence for every new token."""
+        from rlkit_nemo.pipeline import share_token
+        from rlkit_nemo.sampling import SAMPLING_ARGS, ModelRunner, sample
 
         unknown = sorted(set(gen_kwargs) - set(SAMPLING_ARGS))
         if unknown:
@@ -220,33 +207,21 @@ class MegatronEngine:
         gen_kwargs.setdefault("pad_token_id", self.tokenizer.pad_token_id)
         if gen_kwargs.get("pad_token_id") is None:
             gen_kwargs["pad_token_id"] = gen_kwargs["eos_token_id"] or 0
+        rows, length = input_ids.shape
+        max_length = length + gen_kwargs.get("max_new_tokens", 20)
 
-        def run(ids, mask, head_kwargs):
-            batch = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_mask(mask)}
-            if head_kwargs:
-                batch.update(states_ixs=head_kwargs["states_ixs"], actions_ixs=head_kwargs["actions_ixs"])
-            out = self._forward_only("logits", batch)
+        def logits(batch):
+            out = self._outputs(self.module, "logits", [batch])
             return None if out is None else out["output"]
 
+        run = ModelRunner(logits, rows, max_length, use_cache=bool(gen_kwargs.pop("use_cache", True)))
         was = self._evaluating()
         try:
-            out = sample(run, self._share_token, input_ids.to(self.device), attention_mask.to(self.device),
-                         guidance=guidance, **gen_kwargs)
+            out = sample(run, lambda token, n: share_token(token, n, self.ps, self.device), input_ids.to(self.device),
+                         attention_mask.to(self.device), guidance=guidance, **gen_kwargs)
         finally:
             self.module.train(was)
         return out.cpu()
-
-    def _share_token(self, token: torch.Tensor | None, rows: int) -> torch.Tensor:
-        """The token TP rank 0 of the last stage sampled, on every rank of this model replica."""
-        ps = self.ps
-        if token is None:
-            token = torch.zeros(rows, dtype=torch.long, device=self.device)
-        token = token.to(self.device, torch.long).contiguous()
-        if ps.is_pipeline_last_stage() and ps.get_tensor_model_parallel_world_size() > 1:
-            dist.broadcast(token, src=ps.get_tensor_model_parallel_src_rank(), group=ps.get_tensor_model_parallel_group())
-        if self.pipeline_size > 1:
-            dist.broadcast(token, src=ps.get_pipeline_model_parallel_last_rank(), group=ps.get_pipeline_model_parallel_group())
-        return token
 
     def step(self, kind: str, items: Sequence[Any], collate: Callable, loss: Callable) -> dict[str, float]:
         """One optimizer step: ``items`` collated once, split into equal micro-batches of the
@@ -277,12 +252,10 @@ class MegatronEngine:
     def _mean_stats(self, stats: list[dict]) -> dict[str, float]:
         """Mean of the last stage's micro-batch stats, sent to every stage and averaged over
         data-parallel ranks."""
+        from rlkit_nemo.pipeline import from_last_stage
+
         mean = {k: sum(float(s[k]) for s in stats) / len(stats) for k in stats[0]} if stats else {}
-        if self.pipeline_size > 1:
-            box = [mean]
-            dist.broadcast_object_list(box, src=self.ps.get_pipeline_model_parallel_last_rank(),
-                                       group=self.ps.get_pipeline_model_parallel_group())
-            mean = box[0]
+        mean = from_last_stage(mean, self.ps)
         if self.num_processes > 1 and mean:
             keys = sorted(mean)
             total = self.all_reduce_sum(torch.tensor([mean[k] for k in keys], dtype=torch.float64))

@@ -42,8 +42,11 @@ def gather_vocab(x: torch.Tensor) -> torch.Tensor:
 
 
 def model_inputs(kind: str, batch: Any) -> dict[str, Any]:
-    """input_ids, position_ids, attention_mask (B, T) and head_kwargs of a ``kind`` batch
-    (the engine's own kind ``"logits"``: the raw output at the last position, for sampling)."""
+    """input_ids, position_ids, attention_mask (B, T), head_kwargs and model_kwargs of a
+    ``kind`` batch. The engine's own kind ``"logits"`` (sampling) asks the model for the last
+    position's output only; its ``input_ids`` and ``position_ids`` may be the newest tokens
+    alone (B, N) with the ``attention_mask`` (B, T) of every token so far and the
+    ``inference_context`` (megatron-core's KV cache) that holds the others' keys and values."""
     if kind == "response":
         ids = torch.cat([get(batch, "query_tensors"), get(batch, "response_tensors")], dim=1)  # (B, Q + R)
         mask = get(batch, "attention_mask")
@@ -55,15 +58,17 @@ def model_inputs(kind: str, batch: Any) -> dict[str, Any]:
     positions = get(batch, "position_ids")
     if positions is None:
         positions = position_ids_from_mask(mask)
-    return {"input_ids": ids, "position_ids": positions, "attention_mask": mask, "head_kwargs": head_kwargs}
+    model_kwargs = {"last_position_only": True, "inference_context": get(batch, "inference_context")} if kind == "logits" else {}
+    return {"input_ids": ids, "position_ids": positions, "attention_mask": mask, "head_kwargs": head_kwargs,
+            "model_kwargs": model_kwargs}
 
 
 def kind_outputs(kind: str, output: Any, batch: Any) -> dict[str, Any]:
     """The ``kind``'s tensors from a last-stage output: logits (B, T, V / tp), or
     (logits, heads) when the model has heads."""
     logits, heads = output if isinstance(output, tuple) else (output, None)
-    if kind == "logits":  # sampling: the last position's logits (and the heads at the indices asked)
-        return {"output": (logits[:, -1:], heads) if heads is not None else logits[:, -1:]}
+    if kind == "logits":  # sampling: the last position's logits (B, 1, V / tp) (and the heads there)
+        return {"output": output}
     if kind == "response":
         response = get(batch, "response_tensors")
         Q = get(batch, "query_tensors").shape[1]
@@ -112,6 +117,13 @@ def slice_rows(batch: Any, start: int, stop: int, rows: int) -> Any:
         parts = {k: slice_rows(v, start, stop, rows) for k, v in _fields(batch).items()}
         return dataclasses.replace(batch, **parts) if dataclasses.is_dataclass(batch) else parts
     return batch
+
+
+def chunk_rows(batch: Any, micro_batch_size: int) -> list[Any]:
+    """A batch -> micro-batches of ``micro_batch_size`` rows, the last one smaller when the
+    rows do not divide (no-grad forwards: no gradient accumulation to keep equal)."""
+    rows = batch_size(batch)
+    return [slice_rows(batch, i, min(i + micro_batch_size, rows), rows) for i in range(0, rows, micro_batch_size)]
 
 
 def split_rows(batch: Any, micro_batch_size: int) -> list[Any]:

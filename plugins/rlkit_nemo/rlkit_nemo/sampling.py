@@ -1,10 +1,16 @@
 """Autoregressive sampling on a (tensor/pipeline-parallel) Megatron GPT.
 
-Each new token reruns the whole sequence (no KV cache): the last stage turns the final
-position's vocab-parallel logits into full next-token logits (gathered over TP), steered by
-ILQL's heads when asked (:func:`rlkit_methods.ilql.sampling.q_guided_logits`), and one rank
-samples; the token is then shared with the other ranks of the model replica, so every TP and
-PP rank holds the same sequences. Data-parallel ranks sample with their own seeds.
+:class:`ModelRunner` runs the model for each new token. With the KV cache (``use_cache``,
+the default) it holds megatron-core's ``StaticInferenceContext``: the prompts run once
+(prefill) and every later step runs only the newest token, whose attention reads the keys
+and values the context keeps per layer (each TP rank its heads, each PP stage its layers,
+the new token's hidden state passed stage to stage by the pipeline schedule). Without it
+(``use_cache=False``) every step reruns the whole sequence. Either way only the final
+position reaches the output layer: the last stage turns its vocab-parallel logits (B, V / tp)
+into full next-token logits (gathered over TP), steered by ILQL's heads when asked
+(:func:`rlkit_methods.ilql.sampling.q_guided_logits`), and one rank samples; the token is then
+shared with the other ranks of the model replica, so every TP and PP rank holds the same
+sequences. Data-parallel ranks sample with their own seeds.
 """
 
 from __future__ import annotations
@@ -14,14 +20,44 @@ from typing import Any, Callable, Optional
 import torch
 
 from rlkit_core.engine import QGuidance
+from rlkit_methods.data.padding import position_ids_from_mask
 
-SAMPLING_ARGS = ("max_new_tokens", "eos_token_id", "pad_token_id", "temperature", "top_k", "top_p", "do_sample")
+SAMPLING_ARGS = ("max_new_tokens", "eos_token_id", "pad_token_id", "temperature", "top_k", "top_p", "do_sample", "use_cache")
+
+
+class ModelRunner:
+    """``run(ids, mask, head_kwargs)`` for :func:`sample`: the model's output at the last
+    position, on the last stage (None elsewhere). ``forward(batch)`` runs the engine's
+    ``"logits"`` kind on a batch of ``input_ids``/``position_ids`` (the tokens to run),
+    ``attention_mask`` (every token so far) and ``inference_context``."""
+
+    def __init__(self, forward: Callable[[dict], Any], batch_size: int, max_length: int, use_cache: bool = True):
+        self.forward = forward
+        self.context = None
+        if use_cache:
+            from megatron.core.inference.contexts import StaticInferenceContext
+
+            # each layer's keys and values: (max_length, B, query groups / tp, head dim)
+            self.context = StaticInferenceContext(batch_size, max_length)
+        self.seen = 0  # tokens whose keys and values the context holds
+
+    def __call__(self, ids: torch.Tensor, mask: torch.Tensor, head_kwargs: Optional[dict]) -> Any:
+        new = ids[:, self.seen:] if self.context is not None else ids  # (B, N): the tokens to run
+        positions = position_ids_from_mask(mask)[:, -new.shape[1]:]
+        batch = {"input_ids": new, "attention_mask": mask, "position_ids": positions, "inference_context": self.context,
+                 **(head_kwargs or {})}
+        output = self.forward(batch)
+        if self.context is not None:  # every stage keeps its layers' cache in step
+            self.context.increment_sequence_len_offset(new.shape[1])
+            self.context.enable_decode_mode()
+            self.seen = ids.shape[1]
+        return output
 
 
 def next_token_logits(output: Any, last_tokens: torch.Tensor, guidance: Optional[QGuidance], top_k: int,
                       temperature: float) -> torch.Tensor:
     """(B, V) logits to sample from (top-k and temperature applied), from a last-stage output
-    at the final position."""
+    at the final position ((B, 1, V / tp) logits, and the heads there)."""
     from rlkit_methods.ilql.sampling import q_guided_logits, topk_mask
 
     from rlkit_nemo.forwards import gather_vocab
@@ -46,17 +82,17 @@ def sample(run: Callable[[torch.Tensor, torch.Tensor, Optional[dict]], Any], sha
            top_k: int = 0, top_p: float = 1.0, do_sample: bool = True) -> torch.Tensor:
     """Left-padded prompts (B, Q) -> (B, Q + N): the prompts, then new tokens, pad after EOS.
 
-    ``run(ids, mask, head_kwargs)`` is the model's output on the last stage (None elsewhere);
-    ``share(token or None, batch)`` returns the token the sampling rank chose, on every rank."""
+    ``run(ids, mask, head_kwargs)`` is the model's output at the last position, (B, 1, ...),
+    on the last stage (None elsewhere), e.g. a :class:`ModelRunner`; ``share(token or None,
+    batch)`` returns the token the sampling rank chose, on every rank."""
     if temperature <= 0:
         raise ValueError(f"gen_kwargs.temperature: must be > 0, got {temperature}")
     ids, mask = input_ids, attention_mask
     B = ids.shape[0]
     done = torch.zeros(B, dtype=torch.bool, device=ids.device)
+    last = torch.zeros((B, 1), dtype=torch.long, device=ids.device)  # the one position the heads see
+    head_kwargs = {"states_ixs": last, "actions_ixs": last} if guidance is not None else None
     for _ in range(max_new_tokens):
-        T = ids.shape[1]
-        last = torch.full((B, 1), T - 1, device=ids.device)
-        head_kwargs = {"states_ixs": last, "actions_ixs": last} if guidance is not None else None
         output = run(ids, mask, head_kwargs)
         token = None
         if output is not None:

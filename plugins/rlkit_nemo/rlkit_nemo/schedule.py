@@ -22,6 +22,15 @@ from rlkit_nemo.models.gpt import causal_padding_mask
 Loss = Callable[[dict[str, Any], Any], tuple[torch.Tensor, dict[str, Any]]]
 
 
+def call_model(model: torch.nn.Module, x: dict[str, Any]):
+    """``model`` (one stage, or a whole PP=1 model) on :func:`rlkit_nemo.forwards.model_inputs`:
+    the input ids and positions of the tokens to run (all of them, or a KV-cached step's new
+    ones) and the mask of every key so far."""
+    ids = x["input_ids"]
+    mask = causal_padding_mask(x["attention_mask"], queries=ids.shape[1])
+    return model(ids, x["position_ids"], mask, head_kwargs=x["head_kwargs"], **x.get("model_kwargs", {}))
+
+
 def forward_backward(model: torch.nn.Module, microbatches: Sequence[Any], kind: str, loss: Loss, *,
                      forward_only: bool = False, autocast: torch.dtype | None = None,
                      timer: dict[str, float] | None = None) -> list[dict]:
@@ -41,9 +50,8 @@ def forward_backward(model: torch.nn.Module, microbatches: Sequence[Any], kind: 
     def forward_step(data_iterator, stage):
         start = time.time()
         batch = next(data_iterator)
-        x = model_inputs(kind, batch)
         with torch.autocast(device_type, dtype=autocast) if around_forward else nullcontext():
-            output = stage(x["input_ids"], x["position_ids"], causal_padding_mask(x["attention_mask"]), head_kwargs=x["head_kwargs"])
+            output = call_model(stage, model_inputs(kind, batch))
         if timer is not None:
             timer["forward"] = timer.get("forward", 0.0) + time.time() - start
 

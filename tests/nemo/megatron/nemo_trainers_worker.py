@@ -25,7 +25,7 @@ import nemo_walks  # noqa: E402
 from nemo_walks import LOSS_KEY  # noqa: E402
 
 LAYOUTS = {"tp2": dict(tp=2), "dp2": dict(global_batch=8, micro_batch=2), "pp2": dict(pp=2)}
-METHODS = {"tp2": ("ppo", "ilql", "sft"), "dp2": ("ppo", "ilql", "sft"), "pp2": ("ilql", "sft")}
+METHODS = {"tp2": ("ppo", "ilql", "sft"), "dp2": ("ppo", "ilql", "sft"), "pp2": ("ppo", "ilql", "sft")}
 
 
 def runner(layout):
@@ -74,6 +74,7 @@ def main(out: Path, name: str):
             }
             if method == "ppo":
                 facts["rollouts"] = [e.response_tensor.tolist() for e in trainer.store.history]
+                facts["has_value_head"] = engine.module.heads is not None
             if method == "ilql":
                 facts["target_q_sync"] = engine.module.heads is not None
             if method in ("ppo", "sft") and name == "tp2":
@@ -82,16 +83,6 @@ def main(out: Path, name: str):
             return facts
 
         attempt(results, f"{method}/facts", facts)
-    if name == "pp2":  # PPO's rollouts need PP=1: one line, before a model loads
-
-        def ppo_refused():
-            try:
-                run("ppo", out / name / "ppo")
-            except Exception as exc:  # noqa: BLE001 - the message is the fact
-                return f"{type(exc).__name__}: {exc}"
-            return "not refused"
-
-        attempt(results, "ppo/refused", ppo_refused)
     (out / f"{name}_{rank}.json").write_text(json.dumps(results, indent=1))
     dist.destroy_process_group()
 

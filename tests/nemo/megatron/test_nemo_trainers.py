@@ -1,14 +1,14 @@
 """NeMoPPOTrainer, NeMoILQLTrainer and NeMoSFTTrainer (the shared loop on MegatronEngine) on two
 CPU processes, through rlkit_core.train: the engine conformance checks (lifecycle hooks with
 their arguments, metric names, evaluation samples as dicts, atomic checkpoints with
-config.yml, exact resume) at TP=2, DP=2 and PP=2 (ILQL and SFT: PPO's rollouts need PP=1),
-and what each layout promises across ranks."""
+config.yml, exact resume) at TP=2, DP=2 and PP=2, and what each layout promises across ranks;
+PPO at PP=2 takes the steps PPO takes at PP=1 (one process) from the same seed and data."""
 
 import json
 
 import pytest
 
-LAYOUT_METHODS = {"tp2": ("ppo", "ilql", "sft"), "dp2": ("ppo", "ilql", "sft"), "pp2": ("ilql", "sft")}
+LAYOUT_METHODS = {"tp2": ("ppo", "ilql", "sft"), "dp2": ("ppo", "ilql", "sft"), "pp2": ("ppo", "ilql", "sft")}
 
 
 def launch(name, tmp_path_factory, torchrun):
@@ -71,12 +71,29 @@ def test_dp2_ranks_sample_differently_and_end_with_identical_weights(dp2):
 
 def test_pp2_stages_split_the_model_and_agree_on_the_stats(pp2):
     ranks = pp2
-    for method in ("ilql", "sft"):
+    for method in ("ppo", "ilql", "sft"):
         a, b = facts(ranks, method)
         assert {a["pp_rank"], b["pp_rank"]} == {0, 1}
         assert a["losses"] == b["losses"] and len(a["losses"]) == 2  # the last stage's stats reach the first
-    for r in ranks:
-        message = r["ppo/refused"]
-        assert message.startswith("ConfigError: megatron_cfg.model.pipeline_model_parallel_size: PPO's rollouts") and "\n" not in message
     by_stage = {f["pp_rank"]: f for f in facts(ranks, "ilql")}
     assert by_stage[1]["target_q_sync"] is True and by_stage[0]["target_q_sync"] is False  # heads on the last stage
+    by_stage = {f["pp_rank"]: f for f in facts(ranks, "ppo")}
+    assert by_stage[1]["has_value_head"] is True and by_stage[0]["has_value_head"] is False
+    assert by_stage[0]["rollouts"] == by_stage[1]["rollouts"]  # sampled on the last stage, shared with the first
+
+
+def test_ppo_at_pp2_takes_the_steps_of_pp1(pp2, tmp_path, megatron_cpu):
+    """The same seed and data at PP=1 in this process: the same rollouts (sampling, rewards,
+    the reference and value forwards through the pipeline) and the same losses (the loss on
+    the last stage, gradients through both stages)."""
+    import nemo_walks
+    from rlkit_core.testing.fakes import RecordingObserver
+
+    observer = RecordingObserver()
+    trainer = nemo_walks.run("ppo", tmp_path, config_overrides=dict(train=dict(total_steps=2)), plugins=[observer])
+    losses = [kw["metrics"]["losses/total_loss"] for n, kw in observer.calls if n == "rlkit_step_end"]
+    rollouts = [e.response_tensor.tolist() for e in trainer.store.history]
+    assert trainer.engine.pipeline_size == 1 and len(losses) == 2
+    for stage in facts(pp2, "ppo"):
+        assert stage["rollouts"] == rollouts
+        assert stage["losses"] == pytest.approx(losses, rel=1e-4, abs=1e-6)

@@ -41,17 +41,26 @@ class HeadedGPTModel(GPTModel):
         super().__init__(**kwargs)
         self.heads = make_heads(self.config, self.vocab_size) if (make_heads is not None and self.post_process) else None
         self._head_kwargs: dict[str, Any] = {}
+        self._last_position_only = False
 
-    def forward(self, input_ids, position_ids, attention_mask, *, head_kwargs: Optional[dict] = None, **kwargs):
+    def forward(self, input_ids, position_ids, attention_mask, *, head_kwargs: Optional[dict] = None,
+                last_position_only: bool = False, **kwargs):
+        """``last_position_only``: the logits and heads of the final position only, (B, 1, ...)
+        (sampling; the heads' indices then index that one position). An ``inference_context``
+        (megatron-core's KV cache) passes through to the attention layers."""
         # GPTModel routes the hidden states through _postprocess; the heads' extra inputs
         # (ILQL's state/action indices) wait here for the length of this call
-        self._head_kwargs = head_kwargs or {}
+        self._head_kwargs, self._last_position_only = head_kwargs or {}, last_position_only
         try:
             return super().forward(input_ids, position_ids, attention_mask, **kwargs)
         finally:
-            self._head_kwargs = {}
+            self._head_kwargs, self._last_position_only = {}, False
 
     def _postprocess(self, hidden_states, **kwargs):
+        if self.post_process and self._last_position_only:
+            hidden_states = hidden_states[-1:]  # (1, B, H): never the (B, T, V / tp) logits
+        # the logits stay vocab-parallel: Megatron's inference mode would gather them over TP
+        kwargs["inference_context"] = None
         logits = super()._postprocess(hidden_states=hidden_states, **kwargs)
         if not self.post_process or self.heads is None:
             return logits
@@ -60,10 +69,13 @@ class HeadedGPTModel(GPTModel):
         return logits, self.heads(hidden_states.transpose(0, 1), **self._head_kwargs)  # heads see (B, T, H)
 
 
-def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T) 1 = token, 0 = padding -> Megatron's (B, 1, T, T) boolean mask, True = hidden."""
+def causal_padding_mask(attention_mask: torch.Tensor, queries: Optional[int] = None) -> torch.Tensor:
+    """(B, T) 1 = token, 0 = padding -> Megatron's (B, 1, T, T) boolean mask, True = hidden;
+    with ``queries``, the rows of the last ``queries`` positions only, (B, 1, queries, T) (the
+    new tokens of a KV-cached step attend to every key so far)."""
     T = attention_mask.shape[1]
-    future = torch.ones(T, T, dtype=torch.bool, device=attention_mask.device).triu(1)  # (T, T)
+    keys = torch.arange(T, device=attention_mask.device)
+    future = keys[None, :] > keys[T - (queries or T):, None]  # (queries, T)
     padded_keys = attention_mask[:, None, None, :] == 0  # (B, 1, 1, T)
     return future[None, None] | padded_keys
 
