@@ -16,8 +16,9 @@ from typing import Any, Callable
 
 import torch
 
-from rlkit_methods.grpo.config import LOSS_TYPES, SCALE_REWARDS
-
+# the config's choices (grpo/config.py); this module needs only torch, so bench/ can load it by file
+SCALE_REWARDS = ("group", "batch", "none")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 STD_EPS = 1e-4  # TRL's: advantages / (std + 1e-4)
 
 
