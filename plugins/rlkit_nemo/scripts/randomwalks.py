@@ -1,13 +1,13 @@
 """trlX's randomwalks on the NeMo engine: the accelerate examples' configs
-(examples/randomwalks/{ilql,sft,ppo}_randomwalks.yml, trlX's settings) with the trainer switched
+(examples/randomwalks/{ilql,sft,ppo,grpo,rloo}_randomwalks.yml) with the trainer switched
 to NeMo's and the tiny CPU Megatron YAML at TP=1 and PP=1 (or ``--pp N`` under torchrun with
 N processes: the model split into N pipeline stages), one micro-batch of train.batch_size.
-Runs ILQL, then SFT, then PPO from the SFT model, as `rlkit run` does (load_config +
-train_from_config, in this process), and prints each run's evaluations. Without a GPU it
-applies the CPU patches of tests/nemo/megatron/conftest.py first (megatron-core hard-codes
-CUDA in a few places).
+Runs ILQL, then SFT, then PPO from the SFT model (and GRPO, RLOO from it when named), as
+`rlkit run` does (load_config + train_from_config, in this process), and prints each run's
+evaluations. Without a GPU it applies the CPU patches of tests/nemo/megatron/conftest.py
+first (megatron-core hard-codes CUDA in a few places).
 
-    OMP_NUM_THREADS=1 python plugins/rlkit_nemo/scripts/randomwalks.py OUT [ilql] [sft] [ppo]
+    OMP_NUM_THREADS=1 python plugins/rlkit_nemo/scripts/randomwalks.py OUT [ilql] [sft] [ppo] [grpo] [rloo]
     OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 plugins/rlkit_nemo/scripts/randomwalks.py OUT ppo --pp 2
       (PPO at PP=2 from OUT/sft's model, into OUT/ppo_pp2)
 """
@@ -24,7 +24,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples" / "randomwalks"
-TRAINERS = {"ilql": "NeMoILQLTrainer", "sft": "NeMoSFTTrainer", "ppo": "NeMoPPOTrainer"}
+TRAINERS = {"ilql": "NeMoILQLTrainer", "sft": "NeMoSFTTrainer", "ppo": "NeMoPPOTrainer",
+            "grpo": "NeMoGRPOTrainer", "rloo": "NeMoRLOOTrainer"}
+FROM_SFT = ("ppo", "grpo", "rloo")  # start from OUT/sft's model
 
 
 def megatron_yaml(out: Path, batch_size: int, pp: int = 1) -> Path:
@@ -45,7 +47,7 @@ def run(method: str, out: Path, pp: int = 1) -> list[dict]:
     checkpoints = out / (method if pp == 1 else f"{method}_pp{pp}")
     sets = [f"train.trainer={TRAINERS[method]}", f"train.checkpoint_dir={checkpoints}",
             f"train.trainer_kwargs={{megatron_cfg: {megatron_yaml(out, batch_size, pp)}}}"]
-    if method == "ppo":
+    if method in FROM_SFT:
         sft = out / "sft" / "checkpoint_500" / "hf_model"
         sets.append(f"model.model_path={sft}")
     from rlkit_core import load_config
