@@ -13,7 +13,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Side:
     name: str
-    env: str  # "rlkit": the project's interpreter; "peer": TRL's; "trlx": trlX 0.7's (bench/.venv-trlx)
+    env: str  # "rlkit": the project's interpreter; "peer": TRL 0.29.1's; "trl-grpo": TRL 1.16.0's; "trlx": trlX 0.7's
     script: str = ""  # worker in bench/, run as `python bench/<script> --spec --out --variant`
     variant: str = ""
     command: tuple[str, ...] = ()  # for timed commands: argv after the interpreter ("{rlkit}" = the rlkit CLI)
@@ -98,6 +98,25 @@ CASES = {
         warmup=True,
     ),
 }
+
+
+def _group_case(method: str, trl_class: str) -> Case:
+    """One GRPO or RLOO step against TRL 1.16's trainer (bench/grpo_trl.py, bench/grpo_rlkit.py)."""
+    return Case(
+        method, f"one {method.upper()} step (prompts x num_generations samples, generation to optimizer step)", "step_s",
+        "s", False,
+        (
+            Side(f"TRL 1.16.0 {trl_class}", "trl-grpo", "grpo_trl.py", f"{method}-trl", reference=True),
+            Side(f"rlkit {method.upper()} unfrozen=2", "rlkit", "grpo_rlkit.py", f"{method}-k2"),
+            Side(f"rlkit {method.upper()} unfrozen=-1", "rlkit", "grpo_rlkit.py", f"{method}-all"),
+        ),
+        note="the same prompts, group size, exact completion length, reward (distinct words) and beta > 0 on both sides; "
+        "TRL: policy + a reference model loaded from the same folder; rlkit: hydra reference for unfrozen=2, a frozen copy for -1",
+    )
+
+
+CASES["grpo"] = _group_case("grpo", "GRPOTrainer")
+CASES["rloo"] = _group_case("rloo", "RLOOTrainer")
 
 
 def select(names: str) -> list[Case]:

@@ -1,13 +1,14 @@
 """rlkit against its peer on the same work: one command, a table and a JSON file.
 
-    python bench/run.py [--cases ppo,generate,ilql,sft,walks-ppo,startup] [--repeats 3] [--device cpu|cuda]
+    python bench/run.py [--cases ppo,generate,ilql,sft,walks-ppo,startup,grpo,rloo] [--repeats 3] [--device cpu|cuda]
                         [--json bench/results/latest.json] [--peer-python PATH] [--model smollm2-135m|FOLDER]
-                        [--trlx-src DIR] [--walks-set KEY=VALUE]
+                        [--trlx-src DIR] [--walks-set KEY=VALUE] [--num-generations 4] [--grpo-prompts 4]
 
 Every measurement runs in its own subprocess (peak RSS is that process's alone, from
 ``os.wait4``), sides interleaved A B A B ... On CPU every process is pinned to
 ``--threads`` (default 1) threads. The peer (TRL 0.29.1) runs in ``bench/.venv-trl``,
-created on first use, or in ``--peer-python``; the randomwalks cases' peer, trlX 0.7, runs in
+created on first use, or in ``--peer-python``; the GRPO/RLOO cases' peer, TRL 1.16.0, in
+``bench/.venv-trl-grpo`` or ``--grpo-peer-python``; the randomwalks cases' peer, trlX 0.7, runs in
 ``bench/.venv-trlx`` from a checkout named by ``--trlx-src`` / ``RLKIT_TRLX_SRC`` (see
 ``trlx_peer.py``). Run it from the project's venv.
 """
@@ -31,19 +32,20 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from cases import Case, Side, select  # noqa: E402
-from peer import PeerError, ensure_peer  # noqa: E402
+from peer import PeerError, ensure_grpo_peer, ensure_peer  # noqa: E402
 from trlx_peer import ensure_trlx, trlx_source  # noqa: E402
 from report import case_table, extra_table, phase_table, summarize_case  # noqa: E402
 from stats import interleaved  # noqa: E402
 
 PROMPTS = BENCH / "data" / "imdb_prompts.json"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+PEER_ENVS = ("peer", "trlx", "trl-grpo")  # the sides --no-peer drops
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default="ppo,generate,ilql,sft,walks-ppo,startup",
-                   help="comma-separated: ppo,generate,ilql,sft,walks-ppo,startup")
+                   help="comma-separated: ppo,generate,ilql,sft,walks-ppo,startup,grpo,rloo")
     p.add_argument("--repeats", type=int, default=3, help="runs per side, interleaved")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="default: float32 on cpu, bfloat16 on cuda")
@@ -53,6 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ppo-epochs", type=int, default=4)
     p.add_argument("--batch", type=int, default=8, help="prompts per PPO step / generate call (at most 8 fixed prompts x k)")
     p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--grpo-peer-python", default=None, help="interpreter with trl 1.16.0 (default: create bench/.venv-trl-grpo)")
+    p.add_argument("--num-generations", type=int, default=4, help="grpo/rloo: samples per prompt (a group)")
+    p.add_argument("--grpo-prompts", type=int, default=4, help="grpo/rloo: prompts per step (the first N of the 8 fixed ones)")
+    p.add_argument("--grpo-beta", type=float, default=0.04, help="grpo/rloo: KL coefficient (> 0: the step includes the reference)")
     p.add_argument("--trlx-src", default=None, help="trlX checkout for ilql/sft/walks-ppo (default: $RLKIT_TRLX_SRC)")
     p.add_argument("--trlx-python", default=None, help="interpreter with trlX's pins (default: create bench/.venv-trlx)")
     p.add_argument("--walks-start", default=None, help="walks-ppo: an SFT export both sides start from (default: train one)")
@@ -70,12 +76,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--repeats: must be >= 1, got {args.repeats}")
     if args.batch < 1 or args.new_tokens < 1 or args.ppo_epochs < 1:
         p.error("--batch, --new-tokens and --ppo-epochs must be >= 1")
+    if args.num_generations < 2 or not 1 <= args.grpo_prompts <= 8 or args.grpo_beta < 0:
+        p.error("--num-generations must be >= 2, --grpo-prompts 1-8 and --grpo-beta >= 0")
     try:
         args.case_list = select(args.cases)
     except ValueError as exc:
         p.error(str(exc))
     if args.no_peer:
-        args.case_list = [dataclasses.replace(c, sides=tuple(s for s in c.sides if s.env not in ("peer", "trlx"))) for c in args.case_list]
+        args.case_list = [dataclasses.replace(c, sides=tuple(s for s in c.sides if s.env not in PEER_ENVS)) for c in args.case_list]
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     return args
 
@@ -103,6 +111,15 @@ def resolve_model(name: str, python: str, env: dict[str, str]) -> str:
 
 
 WALKS_CASES = ("ilql", "sft", "walks-ppo")
+
+
+def grpo_spec(args: argparse.Namespace, prompts: list[str]) -> dict[str, Any]:
+    """The grpo and rloo cases' one step, the same on both sides (see grpo_common.py): TRL's
+    defaults (loss_type dapo, scale_rewards group, epsilon 0.2, lr 1e-6, max_grad_norm 1)
+    except the KL coefficient, > 0 so that the step includes the reference."""
+    return {"prompts": prompts[: args.grpo_prompts], "num_generations": args.num_generations, "new_tokens": args.new_tokens,
+            "lr": 1e-6, "beta": args.grpo_beta, "epsilon": 0.2, "epsilon_high": None, "loss_type": "dapo",
+            "scale_rewards": "group", "max_grad_norm": 1.0}
 
 
 def parse_sets(sets: list[str]) -> dict[str, Any]:
@@ -259,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
             pythons["peer"], peer_versions = ensure_peer(args.peer_python)
         except PeerError as exc:
             raise SystemExit(f"bench: {exc}")
+    if any(s.env == "trl-grpo" for c in args.case_list for s in c.sides):
+        try:
+            pythons["trl-grpo"], grpo_versions = ensure_grpo_peer(args.grpo_peer_python)
+        except PeerError as exc:
+            raise SystemExit(f"bench: {exc}")
+        peer_versions = {**(peer_versions or {}), "trl_grpo_venv": grpo_versions}
     walks_cases = [c.name for c in args.case_list if c.name in WALKS_CASES]
     if any(s.env == "trlx" for c in args.case_list for s in c.sides):
         try:
@@ -267,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         except PeerError as exc:
             raise SystemExit(f"bench: {exc}")
         peer_versions = {**(peer_versions or {}), "trlx_src": str(source), "trlx_venv": trlx_versions}
-    needs_model = any(c.name in ("ppo", "generate") for c in args.case_list)
+    needs_model = any(c.name in ("ppo", "generate", "grpo", "rloo") for c in args.case_list)
     prompts = json.loads(PROMPTS.read_text())["prompts"]
     spec = {
         "device": args.device, "dtype": args.dtype, "threads": args.threads, "seed": 0, "profile": args.profile,
@@ -277,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "ppo": {"batch_size": args.batch, "new_tokens": args.new_tokens, "ppo_epochs": args.ppo_epochs,
                 "seq_length": 32 + args.new_tokens, "lr": 1e-5, "kl_coef": 0.05, "vf_coef": 0.1},
         "generate": {"calls": 3},
+        "grpo": grpo_spec(args, prompts),
         "walks": walks_spec(args, walks_cases) if walks_cases else None,
     }
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")

@@ -5,24 +5,8 @@ The TRL worker needs the peer's environment and is not run here."""
 import json
 
 import pytest
-from transformers import ByT5Tokenizer, LlamaConfig, LlamaForCausalLM
 
 import run
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    import torch
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tokenizer = ByT5Tokenizer()
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.mark.slow  # three worker processes, each importing torch and transformers

@@ -35,14 +35,19 @@ def is_seq2seq(config) -> bool:
 
 
 def build_model(config, spec):
-    """The wrapper for ``spec.heads``: the plain LM (``lm``), a policy with a value head and
-    its exact reference (``value``), or an LM with ILQL heads (``ilql``)."""
+    """The wrapper for ``spec.heads``: the plain LM (``lm``; with a ``reference``, the policy
+    wrapper without a value head, whose hydra reference shares the frozen trunk), a policy with
+    a value head and its exact reference (``value``), or an LM with ILQL heads (``ilql``)."""
     from rlkit_accelerate.models import CausalLMWithILQLHeads, CausalLMWithValueHead
     from rlkit_accelerate.models.seq2seq import Seq2SeqLMWithValueHead
     from rlkit_accelerate.models.seq2seq_ilql import Seq2SeqLMWithILQLHeads
 
     seq2seq = is_seq2seq(config)
     options = dict(spec.options)
+    if spec.heads == "lm" and spec.reference:
+        if seq2seq:
+            raise ConfigError("model.model_arch_type: a reference for the plain LM is built for causal models; use causal")
+        return CausalLMWithValueHead(load_base_model(config), num_layers_unfrozen=spec.num_layers_unfrozen, value_head=False)
     if spec.heads == "lm":
         return plain_lm(config, spec.num_layers_unfrozen, prompt_learning=options.get("prompt_learning", False))
     if spec.heads == "value":

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from rlkit_methods.common.stats import logprobs_of_labels
+from rlkit_methods.data.padding import position_ids_from_mask
 from rlkit_methods.ilql.losses import batched_index_select
 from rlkit_methods.sft.store import IGNORE_INDEX
 
@@ -21,8 +22,30 @@ def _get(batch: Any, key: str, default: Any = None) -> Any:
     return batch.get(key, default) if isinstance(batch, dict) else getattr(batch, key, default)
 
 
+def _policy_outputs(out, response) -> dict[str, Any]:
+    result = {"logprobs": logprobs_of_labels(out.logits, response).float()}
+    if out.values is not None:  # a model with a value head
+        result["values"] = out.values.float()
+    return result
+
+
+def plain_response_forward(model, batch) -> dict[str, Any]:
+    """A plain LM (``lm`` heads, no reference): log-probs of each response token."""
+    query, response, mask = _get(batch, "query_tensors"), _get(batch, "response_tensors"), _get(batch, "attention_mask")
+    ids = torch.cat([query, response], dim=1)  # (B, Q + R)
+    R = response.shape[1]
+    position_ids = _get(batch, "position_ids")
+    if position_ids is None:
+        position_ids = position_ids_from_mask(mask)  # positions follow the real tokens
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False).logits
+    return {"logprobs": logprobs_of_labels(logits[:, -R - 1 : -1], response).float()}  # t predicts t + 1
+
+
 def response_forward(model, unwrapped, batch, want: Sequence[str] = (), *, train: bool) -> dict[str, Any]:
-    """Policy log-probs and values of each response token (and the reference's, the trunk)."""
+    """Policy log-probs (and values, with a value head) of each response token, and the
+    reference's and the trunk when asked and the model has them."""
+    if not hasattr(unwrapped, "score_rollout"):
+        return plain_response_forward(model, batch)
     query, response = _get(batch, "query_tensors"), _get(batch, "response_tensors")
     Q = query.shape[1]
     mask = _get(batch, "attention_mask")  # (B, Q + R)
@@ -30,10 +53,10 @@ def response_forward(model, unwrapped, batch, want: Sequence[str] = (), *, train
         trunk = _get(batch, "trunk")
         cached = {"trunk_hidden": trunk} if trunk is not None else {}
         out = model(input_ids=query, attention_mask=mask[:, :Q], response_ids=response, response_mask=mask[:, Q:], **cached)
-        return {"logprobs": logprobs_of_labels(out.logits, response).float(), "values": out.values.float()}
+        return _policy_outputs(out, response)
     out, ref_logits = unwrapped.score_rollout(query, mask[:, :Q], response, mask[:, Q:])
-    result = {"logprobs": logprobs_of_labels(out.logits, response).float(), "values": out.values.float()}
-    if "ref_logprobs" in want:
+    result = _policy_outputs(out, response)
+    if "ref_logprobs" in want and ref_logits is not None:
         result["ref_logprobs"] = logprobs_of_labels(ref_logits, response).float()
     if "trunk" in want and getattr(unwrapped, "caches_trunk", lambda: False)():
         real = mask.bool()  # each rollout's trunk rows over its real prompt and response tokens

@@ -20,6 +20,8 @@ def rlkit_register_backends():
                 TrainerSpec("AccelerateILQLTrainer", f"{_T}:AccelerateILQLTrainer", method="ilql"),
                 TrainerSpec("AccelerateSFTTrainer", f"{_T}:AccelerateSFTTrainer", method="sft"),
                 TrainerSpec("AccelerateRFTTrainer", f"{_T}:AccelerateRFTTrainer", method="rft"),
+                TrainerSpec("AccelerateGRPOTrainer", f"{_T}:AccelerateGRPOTrainer", method="grpo"),
+                TrainerSpec("AccelerateRLOOTrainer", f"{_T}:AccelerateRLOOTrainer", method="rloo"),
             ],
             description="HF transformers + accelerate (DDP, DeepSpeed, FSDP)",
         )

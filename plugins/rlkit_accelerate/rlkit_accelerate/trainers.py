@@ -4,6 +4,7 @@ with :class:`~rlkit_accelerate.engine.AccelerateEngine`, with trlX's constructor
 
 from __future__ import annotations
 
+from rlkit_methods.grpo.trainer import GRPOTrainer, RLOOTrainer
 from rlkit_methods.ilql.trainer import ILQLTrainer
 from rlkit_methods.ppo.trainer import PPOTrainer
 from rlkit_methods.rft.trainer import RFTTrainer
@@ -25,4 +26,12 @@ class AccelerateSFTTrainer(SFTTrainer):
 
 
 class AccelerateRFTTrainer(RFTTrainer):
+    engine_class = AccelerateEngine
+
+
+class AccelerateGRPOTrainer(GRPOTrainer):
+    engine_class = AccelerateEngine
+
+
+class AccelerateRLOOTrainer(RLOOTrainer):
     engine_class = AccelerateEngine

@@ -1,4 +1,4 @@
-"""rlkit-methods: PPO, ILQL, SFT and RFT as pure torch — configs, losses, stores, pipelines, rewards.
+"""rlkit-methods: PPO, ILQL, SFT, RFT, GRPO and RLOO as pure torch — configs, losses, stores, pipelines, rewards.
 
 The root imports no torch: configs, default configs and KL controllers are torch-free; the
 math (``rlkit_methods.ppo.losses``, ``rlkit_methods.ilql.losses``, ...) imports torch. The
@@ -10,9 +10,13 @@ from importlib import import_module
 _LAZY = {
     "AdaptiveKLController": "rlkit_methods.common.kl",
     "FixedKLController": "rlkit_methods.common.kl",
+    "GRPOConfig": "rlkit_methods.grpo.config",
+    "default_grpo_config": "rlkit_methods.grpo.config",
     "ILQLConfig": "rlkit_methods.ilql.config",
     "default_ilql_config": "rlkit_methods.ilql.config",
     "PPOConfig": "rlkit_methods.ppo.config",
+    "RLOOConfig": "rlkit_methods.grpo.config",
+    "default_rloo_config": "rlkit_methods.grpo.config",
     "default_ppo_config": "rlkit_methods.ppo.config",
     "RFTConfig": "rlkit_methods.rft.config",
     "default_rft_config": "rlkit_methods.rft.config",

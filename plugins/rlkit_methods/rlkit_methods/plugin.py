@@ -31,6 +31,16 @@ def rlkit_register_methods():
             default_config=f"{_M}.rft.config:default_rft_config", trainer=f"{_M}.rft.trainer:RFTTrainer",
             description="Rejection-sampling fine-tuning: sample, keep each prompt's best-scoring outputs, fine-tune on them",
         ),
+        MethodSpec(
+            "grpo", f"{_M}.grpo.config:GRPOConfig", mode="online", aliases=("GRPOConfig",),
+            default_config=f"{_M}.grpo.config:default_grpo_config", trainer=f"{_M}.grpo.trainer:GRPOTrainer",
+            description="GRPO (TRL's fields): groups of samples per prompt, group-relative advantages, clipped ratio, k3 KL",
+        ),
+        MethodSpec(
+            "rloo", f"{_M}.grpo.config:RLOOConfig", mode="online", aliases=("RLOOConfig",),
+            default_config=f"{_M}.grpo.config:default_rloo_config", trainer=f"{_M}.grpo.trainer:RLOOTrainer",
+            description="RLOO (TRL 1.16's): leave-one-out baseline, KL to the reference in the reward, clipped sample ratio",
+        ),
     ]
 
 

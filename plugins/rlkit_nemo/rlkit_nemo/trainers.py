@@ -5,6 +5,7 @@ megatron-core; building a trainer without them is a one-line error saying what t
 
 from __future__ import annotations
 
+from rlkit_methods.grpo.trainer import GRPOTrainer, RLOOTrainer
 from rlkit_methods.ilql.trainer import ILQLTrainer
 from rlkit_methods.ppo.trainer import PPOTrainer
 from rlkit_methods.sft.trainer import SFTTrainer
@@ -41,3 +42,15 @@ class NeMoSFTTrainer(_NeMoPairing, SFTTrainer):
                  pretrained_model=None, **kwargs):
         kwargs = self._start(config, megatron_cfg, pretrained_model, kwargs)
         super().__init__(config, reward_fn=reward_fn, metric_fn=metric_fn, stop_sequences=stop_sequences, **kwargs)
+
+
+class NeMoGRPOTrainer(_NeMoPairing, GRPOTrainer):
+    def __init__(self, config, reward_fn=None, metric_fn=None, megatron_cfg=None, pretrained_model=None, **kwargs):
+        kwargs = self._start(config, megatron_cfg, pretrained_model, kwargs)
+        super().__init__(config, reward_fn=reward_fn, metric_fn=metric_fn, **kwargs)
+
+
+class NeMoRLOOTrainer(_NeMoPairing, RLOOTrainer):
+    def __init__(self, config, reward_fn=None, metric_fn=None, megatron_cfg=None, pretrained_model=None, **kwargs):
+        kwargs = self._start(config, megatron_cfg, pretrained_model, kwargs)
+        super().__init__(config, reward_fn=reward_fn, metric_fn=metric_fn, **kwargs)

@@ -10,6 +10,9 @@ Layout for ``L`` blocks, ``k = num_layers_unfrozen``, ``nv = num_value_layers_un
                                   -> copy(norm) -> copy(head)
     reference, k == -1            a frozen deep copy of the whole model
 
+``value_head=False`` leaves the value head out (GRPO/RLOO: the engine's ``lm`` heads with a
+reference); ``with_reference=False`` the reference.
+
 Every copy is taken at construction, so at step 0 the reference computes exactly the policy's
 logits (trlX's ``-1`` reloaded weights from ``model_path``, which differed for a config).
 """
@@ -42,7 +45,7 @@ from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, sa
 @dataclass
 class PolicyOutput:
     logits: torch.Tensor  # [B, T, V]
-    values: torch.Tensor  # [B, T]
+    values: torch.Tensor | None  # [B, T]; None without a value head
     hidden_states: torch.Tensor | None = None  # [B, T, H], the LM head's input
     trunk_hidden: torch.Tensor | None = None  # [B, T, H], what enters block branch_index (score_rollout)
 
@@ -65,7 +68,7 @@ class CausalLMWithValueHead(nn.Module):
 
     def __init__(
         self, base_model: nn.Module, *, num_layers_unfrozen: int = -1, num_value_layers_unfrozen: int = 0,
-        with_reference: bool = True,
+        with_reference: bool = True, value_head: bool = True,
     ):
         super().__init__()
         layout = find_layout(base_model)
@@ -97,7 +100,7 @@ class CausalLMWithValueHead(nn.Module):
         if num_value_layers_unfrozen:
             self.value_branch = Branch(layout, num_value_layers_unfrozen, None, frozen=False)
         weight = layout.lm_head.weight
-        self.v_head = make_head(layout.hidden_size, 1, weight.dtype).to(weight.device)
+        self.v_head = make_head(layout.hidden_size, 1, weight.dtype).to(weight.device) if value_head else None
 
     @classmethod
     def from_pretrained(
@@ -164,7 +167,7 @@ class CausalLMWithValueHead(nn.Module):
             value_hidden = self.value_branch(value_input, trunk)
         else:
             value_hidden = final  # trlX: the value head shares the policy's final hidden state
-        values = self.v_head(value_hidden).squeeze(-1)  # [B, T]
+        values = self.v_head(value_hidden).squeeze(-1) if self.v_head is not None else None  # [B, T]
         return PolicyOutput(logits=logits, values=values, hidden_states=final if return_hidden else None)
 
     def forward(
@@ -196,15 +199,17 @@ class CausalLMWithValueHead(nn.Module):
         return self.forward_top(trunk, return_hidden=return_hidden)
 
     @torch.no_grad()
-    def score_rollout(self, input_ids, attention_mask, response_ids, response_mask) -> tuple[PolicyOutput, torch.Tensor]:
+    def score_rollout(self, input_ids, attention_mask, response_ids, response_mask) -> tuple[PolicyOutput, torch.Tensor | None]:
         """Policy logits and values and reference logits over the response positions, with
-        the frozen trunk run once for both."""
+        the frozen trunk run once for both (no reference logits for a model without one)."""
         joined_ids, joined_mask = _join(input_ids, attention_mask, response_ids, response_mask)
         position_ids = position_ids_from_mask(joined_mask)
         trunk = self.forward_trunk(joined_ids, joined_mask, position_ids)
         R = response_ids.shape[1]
         out = _response_part(self.forward_top(trunk), R)
         out.trunk_hidden = trunk.hidden
+        if self.reference is None and not self.uses_adapters:
+            return out, None
         reference = self.forward_reference(joined_ids, joined_mask, position_ids, trunk=trunk)
         return out, reference[:, -R - 1 : -1]
 
@@ -258,7 +263,8 @@ class CausalLMWithValueHead(nn.Module):
         adapter, which peft loads on the base model, or with ``merge_adapters`` one merged
         model), plus ``value_head.safetensors`` for ``from_pretrained`` of this class."""
         save_base_model(self.base_model, save_directory, merge_adapters, substate(state_dict, "base_model"), **kwargs)
-        save_heads(self._heads(), Path(save_directory) / self.heads_file, state_dict)
+        if any(head is not None for head in self._heads().values()):
+            save_heads(self._heads(), Path(save_directory) / self.heads_file, state_dict)
 
 
 def _join(query, query_mask, response, response_mask) -> tuple[torch.Tensor, torch.Tensor]:
@@ -273,4 +279,5 @@ def _join(query, query_mask, response, response_mask) -> tuple[torch.Tensor, tor
 def _response_part(out: PolicyOutput, R: int) -> PolicyOutput:
     """Outputs at the positions that predict the last ``R`` tokens (position t predicts t + 1)."""
     hidden = out.hidden_states[:, -R - 1 : -1] if out.hidden_states is not None else None
-    return PolicyOutput(logits=out.logits[:, -R - 1 : -1], values=out.values[:, -R - 1 : -1], hidden_states=hidden)
+    values = out.values[:, -R - 1 : -1] if out.values is not None else None
+    return PolicyOutput(logits=out.logits[:, -R - 1 : -1], values=values, hidden_states=hidden)
