@@ -155,23 +155,29 @@ def rlkit_loss(L, x: dict, micro: list[slice], method: str, **kw) -> tuple[float
 def compare_losses(L, model: str, seed: int) -> list[tuple[str, float, float, float]]:
     rows = []
     gen = torch.Generator().manual_seed(seed)
-    settings = [(m, lt, beta) for m, lt in [("grpo", t) for t in ("grpo", "dr_grpo", "dapo", "bnpo")] + [("rloo", "rloo")]
-                for beta in (0.0, 0.04)]
-    for method, loss_type, beta in settings:
+    # GRPO with beta > 0 both ways of TRL's use_bias_correction_kl (default True); None: not a GRPO KL setting
+    settings = [(m, lt, beta, bias) for m, lt in [("grpo", t) for t in ("grpo", "dr_grpo", "dapo", "bnpo")] + [("rloo", "rloo")]
+                for beta in (0.0, 0.04) for bias in ((True, False) if m == "grpo" and beta else (None,))]
+    for method, loss_type, beta, bias in settings:
         for accumulation in (1, 2):
             eps, eps_high = 0.2, 0.28
             fields = dict(beta=beta, epsilon=eps, epsilon_high=eps_high, per_device_train_batch_size=B // accumulation,
                           gradient_accumulation_steps=accumulation)
             if method == "grpo":
                 fields["loss_type"] = loss_type
+            if bias is not None:
+                fields["use_bias_correction_kl"] = bias
             trainer = trl_trainer(method, model, PresetReward(), **fields)
             x = random_batch(gen)
             micro = [slice(k * B // accumulation, (k + 1) * B // accumulation) for k in range(accumulation)]
             theirs, their_grad = trl_loss(trainer, x, micro, beta, method)
             kw = dict(beta=beta, epsilon=eps, epsilon_high=eps_high) if method == "rloo" else \
                 dict(beta=beta, epsilon=eps, epsilon_high=eps_high, loss_type=loss_type)
+            if bias is not None:
+                kw["bias_correction_kl"] = bias
             ours, our_grad = rlkit_loss(L, x, micro, method, **kw)
-            name = f"{method:4} loss_type={loss_type:7} beta={beta:<4} eps={eps}/{eps_high} micro-batches={accumulation}"
+            kl = "" if bias is None else f" bias_kl={bias!s:5}"
+            name = f"{method:4} loss_type={loss_type:7} beta={beta:<4}{kl} eps={eps}/{eps_high} micro-batches={accumulation}"
             rows.append((name, abs(theirs - ours), (their_grad - our_grad).abs().max().item(), theirs))
     return rows
 
@@ -238,14 +244,14 @@ def main(argv: list[str] | None = None) -> int:
         advantages = compare_advantages(L, model, args.seed)
     print(f"TRL {trl.__version__}, torch {torch.__version__}; rlkit: {LOSSES.relative_to(LOSSES.parents[4])}; "
           f"G={G}, rows={B}, width {T}, max_completion_length {MAX_LEN}, seed {args.seed}")
-    print(f"{'case':70} {'max |loss diff|':>16} {'max |grad diff|':>16} {'TRL value':>12}")
+    print(f"{'case':85} {'max |loss diff|':>16} {'max |grad diff|':>16} {'TRL value':>12}")
     failed = []
     for name, diff, grad, value in losses + advantages:
         tol = ADV_TOL if "advantages" in name else LOSS_TOL
         bad = not (diff <= tol and (grad != grad or grad <= tol))  # grad NaN: not compared
         failed += [name] if bad else []
         grad_text = "-" if grad != grad else f"{grad:.1e}"
-        print(f"{name:70} {diff:16.1e} {grad_text:>16} {value:12.5f}{'  DIFFERS' if bad else ''}")
+        print(f"{name:85} {diff:16.1e} {grad_text:>16} {value:12.5f}{'  DIFFERS' if bad else ''}")
     print(f"{len(losses) + len(advantages) - len(failed)}/{len(losses) + len(advantages)} equal "
           f"(losses and gradients within {LOSS_TOL:g}, advantages within {ADV_TOL:g})")
     return 1 if failed else 0

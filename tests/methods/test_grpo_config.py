@@ -16,6 +16,7 @@ def test_trl_defaults():
     assert (grpo.loss_type, grpo.scale_rewards, grpo.num_iterations, grpo.mask_truncated_completions) == ("dapo", "group", 1, False)
     assert (rloo.num_generations, rloo.beta, rloo.normalize_advantages, rloo.reward_clip_range) == (2, 0.05, False, None)
     assert grpo.upper_epsilon == 0.2 and GRPOConfig(epsilon_high=0.28).upper_epsilon == 0.28
+    assert grpo.use_bias_correction_kl is True  # TRL 1.16's default: the KL term times the ratio
 
 
 @pytest.mark.parametrize("factory", [default_grpo_config, default_rloo_config])

@@ -82,9 +82,14 @@ def grouped_rewards(draw):
 @given(grouped_rewards(), st.sampled_from(["group", "batch", "none"]))
 def test_advantages_sum_to_zero_in_every_group(data, mode):
     rewards, G = data
+    # float32 as TRL computes them: the group mean's rounding (a few ulps of |r|) is divided by
+    # std + 1e-4, so a group of equal rewards sums to ~G ulps / 1e-4, not to 0 (TRL's too)
+    divisor = {"group": group_std(rewards, G) + 1e-4, "batch": rewards.std() + 1e-4, "none": torch.ones(())}[mode]
+    rounding = G * 4 * torch.finfo(torch.float32).eps * rewards.abs().max() / divisor.min()
     for advantages in (group_advantages(rewards, G, mode), rloo_advantages(rewards, G)):
         sums = advantages.view(-1, G).sum(1)
-        assert torch.allclose(sums, torch.zeros_like(sums), atol=1e-3 * max(1.0, float(advantages.abs().max())))
+        atol = 1e-3 * max(1.0, float(advantages.abs().max())) + float(rounding)
+        assert torch.allclose(sums, torch.zeros_like(sums), atol=atol)
 
 
 @FAST
@@ -135,12 +140,32 @@ def test_grpo_loss_k3_kl_term_hand_computed():
     logprobs, old, ref, A, mask = hand_batch()
     # k3 = e^d - d - 1 with d = ref - logprobs: d = 0 -> 0; d = ln 2 -> 1 - ln 2; d = ln 0.5 -> ln 2 - 0.5
     kl = [0.0, 1 - LN(2), LN(2) - 0.5]  # sum 0.5
-    loss, stats = grpo_loss(logprobs, old, ref, A, mask, beta=0.1, epsilon=0.2, epsilon_high=0.28, loss_type="bnpo")
+    loss, stats = grpo_loss(logprobs, old, ref, A, mask, beta=0.1, epsilon=0.2, epsilon_high=0.28, loss_type="bnpo",
+                            bias_correction_kl=False)
     assert loss.item() == pytest.approx((-0.58 + 0.1 * sum(kl)) / 3, rel=1e-5)
     assert stats["losses/policy_loss"] == pytest.approx(-0.58 / 3, rel=1e-5)
     assert stats["policy/kl"] == pytest.approx(sum(kl) / 3, rel=1e-5)
+    # TRL's default use_bias_correction_kl: each token's k3 times its ratio rho (1.5, 0.9, 0.5)
+    corrected = [0.0 * 1.5, (1 - LN(2)) * 0.9, (LN(2) - 0.5) * 0.5]
+    loss, stats = grpo_loss(logprobs, old, ref, A, mask, beta=0.1, epsilon=0.2, epsilon_high=0.28, loss_type="bnpo")
+    assert loss.item() == pytest.approx((-0.58 + 0.1 * sum(corrected)) / 3, rel=1e-5)
+    assert stats["policy/kl"] == pytest.approx(sum(corrected) / 3, rel=1e-5)
     torch.testing.assert_close(k3_kl(torch.tensor([0.0, 0.0]), torch.tensor([LN(2), LN(0.5)])),
                                torch.tensor([1 - LN(2), LN(2) - 0.5]))
+
+
+def test_bias_corrected_kl_changes_the_gradient_not_the_value_when_pi_old_is_the_policy():
+    # one token, A = 0 (no policy gradient), log pi = 0, pi_old = pi detached, log pi_ref = ln 2:
+    # d = ln 2, k3 = 1 - ln 2, dk3/dlog pi = 1 - e^d = -1; with rho (= 1, drho/dlog pi = 1): k3 - 1 = -ln 2
+    grads = {}
+    for correct in (True, False):
+        logprobs = torch.zeros(1, 1, requires_grad=True)
+        loss, _ = grpo_loss(logprobs, logprobs.detach(), torch.tensor([[LN(2)]]), torch.zeros(1), torch.ones(1, 1),
+                            beta=1.0, epsilon=0.2, loss_type="bnpo", bias_correction_kl=correct)
+        assert loss.item() == pytest.approx(1 - LN(2))
+        loss.backward()
+        grads[correct] = logprobs.grad.item()
+    assert grads == {True: pytest.approx(-LN(2)), False: pytest.approx(-1.0)}
 
 
 def test_grpo_loss_needs_a_reference_when_beta_is_set_and_a_length_for_dr_grpo():

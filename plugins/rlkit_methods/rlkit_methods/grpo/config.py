@@ -107,11 +107,14 @@ class GRPOConfig(GroupSamplingConfig):
     :param loss_type: grpo (per-sample token mean), bnpo (token mean of the micro-batch),
         dr_grpo (sum / (rows * max_new_tokens)), dapo (token mean of the whole rollout phase)
     :param scale_rewards: group (or true), batch, none (or false): the std dividing the advantages
+    :param use_bias_correction_kl: multiply the KL term by the importance ratio pi / pi_old
+        (TRL's default since 1.x: the unbiased reverse-KL gradient; only matters with beta > 0)
     """
 
     name: str = "GRPOConfig"
     loss_type: str = attrs.field(default="dapo", validator=one_of(*LOSS_TYPES))
     scale_rewards: str = attrs.field(default="group", converter=scale_rewards_spelling, validator=one_of(*SCALE_REWARDS))
+    use_bias_correction_kl: bool = True
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()

@@ -179,17 +179,21 @@ def grpo_loss(
     loss_type: str = "dapo",
     max_completion_length: int | None = None,
     tokens_per_sequence: float | None = None,
+    bias_correction_kl: bool = True,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """GRPO's clipped surrogate with a per-token KL to the reference, as a loss to minimise::
 
         rho_t = exp(log pi(a_t|s_t) - log pi_old(a_t|s_t))
         l_t   = -min(rho_t A, clip(rho_t, 1 - eps_low, 1 + eps_high) A) + beta kl_t
-        kl_t  = exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1      (k3; beta > 0 only)
+        kl_t  = rho_t (exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1)   (k3; beta > 0 only)
         L     = aggregate(l, mask, loss_type)                              (see ``aggregate``)
 
     ``advantages`` is (B,) (one per sample) or (B, T). ``eps_low = epsilon``, ``eps_high =
     epsilon_high`` (``epsilon`` when None). With ``beta == 0`` the reference is never read
-    (``ref_logprobs`` may be None). Returns ``(loss, stats)``.
+    (``ref_logprobs`` may be None). The factor rho_t on the KL is TRL 1.16's default
+    ``use_bias_correction_kl`` (DeepSeek-V3.2: the unbiased reverse-KL gradient; its value is 1
+    when pi_old is the policy itself, its gradient is not); ``bias_correction_kl=False`` drops
+    it. Returns ``(loss, stats)``.
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     m = mask.to(logprobs.dtype)
@@ -206,6 +210,8 @@ def grpo_loss(
         if ref_logprobs is None:
             raise ValueError(f"grpo_loss: beta={beta} needs ref_logprobs (the reference's log-probs)")
         kl = k3_kl(logprobs, torch.where(keep, ref_logprobs, logprobs))  # (B, T), 0 on padding
+        if bias_correction_kl:
+            kl = kl * ratio  # (B, T), TRL's use_bias_correction_kl
         per_token = policy + beta * kl
     norm = dict(max_completion_length=max_completion_length, tokens_per_sequence=tokens_per_sequence)
     loss = aggregate(per_token, m, loss_type, **norm)

@@ -234,7 +234,7 @@ class GRPOTrainer(RLTrainer):
         return grpo_loss(outputs["logprobs"], self.old_logprobs(outputs, batch), batch.ref_logprobs, batch.advantages,
                          batch.response_mask, beta=method.beta, epsilon=method.epsilon, epsilon_high=method.epsilon_high,
                          loss_type=method.loss_type, max_completion_length=method.max_completion_length,
-                         tokens_per_sequence=self.tokens_per_sequence)
+                         tokens_per_sequence=self.tokens_per_sequence, bias_correction_kl=method.use_bias_correction_kl)
 
     def post_epoch_callback(self) -> None:
         self.store.clear_history()
