@@ -14,6 +14,8 @@ What is not installed as pinned, and why (all on one CPU process, no GPU):
   ``typing_extensions``, ``sympy``, ``mpmath`` then follow torch 2.13's floors.
 - ``torchtyping==0.1.4`` fails at import with torch 2.13 ("Cannot subclass _TensorBase"):
   0.1.5, the release that fixed it.
+- ``typeguard==4.1.3``: torchtyping 0.1.5 declares ``typeguard>=2.11.1,<3``, so pip refuses the
+  pair; 2.13.3 (the last 2.x) instead. trlX imports typeguard only through torchtyping.
 - ``setuptools<81``: ray 2.6.3 imports ``pkg_resources``, which torch 2.13's setuptools floor
   would otherwise resolve past.
 - ``deepspeed==0.10.1`` does not import with torch 2.13: not installed; ``bench/standins/deepspeed``
@@ -40,6 +42,7 @@ REPLACED = {
     "torch": None, "triton": None, "lit": None, "cmake": None,  # torch==2.13.0 (CPU) instead
     "typing_extensions": None, "sympy": None, "mpmath": None,  # torch 2.13's floors decide
     "torchtyping": "torchtyping==0.1.5",  # 0.1.4 fails to import with torch 2.13
+    "typeguard": "typeguard==2.13.3",  # torchtyping 0.1.5 requires typeguard<3 (trlX pins 4.1.3, used by nothing else)
     "deepspeed": None,  # does not import with torch 2.13; bench/standins/deepspeed instead
 }
 EXTRA = [f"torch=={TORCH_VERSION}", "setuptools>=77.0.3,<81"]  # ray 2.6.3 imports pkg_resources

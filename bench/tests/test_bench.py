@@ -208,10 +208,11 @@ def test_trlx_requirements_keep_every_pin_but_the_replaced_ones():
     from trlx_peer import trlx_requirements
 
     text = "--extra-index-url https://x/cu118\naccelerate==0.22.0\ntorch==2.0.1+cu118\ntriton==2.0.0\n" \
-           "transformers==4.32.0\ntorchtyping==0.1.4\ndeepspeed==0.10.1\ntyping_extensions==4.7.1\n# note\nray==2.6.3\n"
+           "transformers==4.32.0\ntorchtyping==0.1.4\ntypeguard==4.1.3\ndeepspeed==0.10.1\ntyping_extensions==4.7.1\n# note\nray==2.6.3\n"
     pins = trlx_requirements(text)
     assert pins[0] == "torch==2.13.0"  # on the same pip line as everything else
-    assert {"accelerate==0.22.0", "transformers==4.32.0", "ray==2.6.3", "torchtyping==0.1.5"} <= set(pins)
+    assert {"accelerate==0.22.0", "transformers==4.32.0", "ray==2.6.3", "torchtyping==0.1.5", "typeguard==2.13.3"} <= set(pins)
+    assert "typeguard==4.1.3" not in pins  # torchtyping 0.1.5 requires typeguard<3
     assert not any(p.startswith(("triton", "deepspeed", "typing_extensions", "torch==2.0", "--")) for p in pins)
 
 
