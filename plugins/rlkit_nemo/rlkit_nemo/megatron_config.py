@@ -17,11 +17,14 @@ What maps where (NeMo 1 key -> NeMo 2 object):
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from typing import Any, Mapping, Union
 
 from rlkit_core.errors import ConfigError
 
+from rlkit_nemo.model_keys import normalize_model, te_usable
 from rlkit_nemo.parallel import check_parallel_sizes
 
 MegatronCfg = Union[str, os.PathLike, Mapping[str, Any]]
@@ -38,24 +41,99 @@ RECOMPUTE_METHOD = (None, "uniform", "block")
 REQUIRED_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "encoder_seq_length")
 
 
+CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+# OmegaConf resolvers NeMo registers (nemo.core.config.hydra_runner), used by trlX's YAMLs:
+# ffn_hidden_size: ${multiply:4, ${.hidden_size}}, model_parallel_size: ${multiply:TP, PP}
+RESOLVERS = {"multiply": lambda x, y: x * y, "sum": lambda x, y: x + y}
+EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()
+
+
+def shipped_configs() -> list[str]:
+    return sorted(n for n in os.listdir(CONFIGS) if n.endswith(".yaml"))
+
+
+def find_megatron_yaml(name: str | os.PathLike) -> str:
+    """A path as given when it exists, else a bare name (``megatron_20b.yaml``, or without
+    ``.yaml``) among the shipped configs, as trlX looked it up in its ``configs/nemo_configs``."""
+    path = os.fspath(name)
+    if os.path.isfile(path):
+        return path
+    bare = os.path.basename(path) == path
+    for candidate in (path, path + ".yaml") if bare else ():
+        if os.path.isfile(os.path.join(CONFIGS, candidate)):
+            return os.path.join(CONFIGS, candidate)
+    raise ConfigError(f"megatron_cfg: {path}: Megatron YAML not found; pass the path of a Megatron config or "
+                      f"the name of a shipped one ({', '.join(shipped_configs())} in {CONFIGS})")
+
+
+def _omegaconf():
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:
+        return None
+    for name, fn in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+    return OmegaConf
+
+
+def _has_interpolation(value: Any) -> bool:
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, Mapping):
+        return any(_has_interpolation(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_interpolation(v) for v in value)
+    return False
+
+
+def _resolve(data: Any, where: str) -> dict[str, Any]:
+    """A mapping or an OmegaConf config with its ``${...}`` interpolations resolved."""
+    omegaconf = _omegaconf()
+    if omegaconf is None:
+        if _has_interpolation(data):
+            raise ConfigError(f"{where}: has ${{...}} interpolations, which need omegaconf; "
+                              f"install rlkit-nemo[nemo] (or pip install omegaconf)")
+        return dict(data)
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg = data if hasattr(data, "_content") else omegaconf.create(dict(data))
+        return omegaconf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        first = str(exc).strip().splitlines()[0]
+        raise ConfigError(f"{where}.{key}: cannot resolve ({first})") from None
+
+
+def _exponent_floats(value: Any) -> Any:
+    """YAML 1.1 (PyYAML) reads ``1e-5`` as a string; NeMo's loader (OmegaConf's) as a float."""
+    if isinstance(value, str) and EXPONENT.match(value):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _exponent_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_exponent_floats(v) for v in value]
+    return value
+
+
 def load_megatron_cfg(cfg: MegatronCfg) -> dict[str, Any]:
-    """A Megatron YAML path or an already loaded mapping (a dict or an OmegaConf DictConfig)."""
+    """A Megatron YAML path, a shipped config's name, or an already loaded mapping (a dict or an
+    OmegaConf DictConfig, as trlX passed it), with its interpolations resolved."""
     if isinstance(cfg, (str, os.PathLike)):
         from rlkit_core.config import read_yaml
 
-        if not os.path.isfile(cfg):
-            raise ConfigError(
-                f"megatron_cfg: {cfg}: Megatron YAML not found; pass the path of a Megatron config "
-                f"(examples: {os.path.join(os.path.dirname(__file__), 'configs')})"
-            )
-        return read_yaml(cfg)
-    if hasattr(cfg, "_content"):  # OmegaConf, as trlX passed it
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(cfg, resolve=True)
-    if not isinstance(cfg, Mapping):
+        path = find_megatron_yaml(cfg)
+        data = read_yaml(path)  # one-line errors for broken YAML
+        omegaconf = _omegaconf()
+        if omegaconf is not None:  # its YAML loader reads 1e-5 as a number, as NeMo did
+            data = omegaconf.load(path)
+        return _exponent_floats(_resolve(data, f"megatron_cfg ({path})"))
+    if not (isinstance(cfg, Mapping) or hasattr(cfg, "_content")):
         raise ConfigError(f"megatron_cfg: expected a YAML path or a mapping, got {type(cfg).__name__}")
-    return dict(cfg)
+    return _exponent_floats(_resolve(cfg, "megatron_cfg"))
 
 
 def _one_of(value, allowed, where):
@@ -64,11 +142,14 @@ def _one_of(value, allowed, where):
     return value
 
 
-def translate(cfg: MegatronCfg, *, cpu: bool = False) -> dict[str, dict[str, Any]]:
+def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None) -> dict[str, Any]:
     """The keyword arguments of each NeMo 2 object, by name: ``strategy``, ``precision``
     (None for fp32), ``trainer``, ``optimizer``, ``scheduler``, ``data``, ``logger``, and
-    ``model`` (the model section, for :func:`rlkit_nemo.models.build.transformer_config`).
-    On CPU, gradient clipping is off (megatron-core's clip asserts CUDA tensors)."""
+    ``model`` (the model section in rlkit's keys, :mod:`rlkit_nemo.model_keys`, for
+    :func:`rlkit_nemo.models.build.transformer_config`); ``warnings``: the settings turned off
+    here, one line each (also logged). ``te``: whether Transformer Engine is usable (default:
+    installed and not ``cpu``). On CPU, gradient clipping is off (megatron-core's clip asserts
+    CUDA tensors)."""
     raw = load_megatron_cfg(cfg)
     unknown = sorted(set(raw) - {"name", "trainer", "model", "exp_manager", "restore_from_path"})
     if unknown:
@@ -100,8 +181,11 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False) -> dict[str, dict[str, Any
     params_dtype = half if o2 else "float32"
     _one_of(model.get("activations_checkpoint_granularity"), RECOMPUTE_GRANULARITY, "megatron_cfg.model.activations_checkpoint_granularity")
     _one_of(model.get("activations_checkpoint_method"), RECOMPUTE_METHOD, "megatron_cfg.model.activations_checkpoint_method")
-    if model.get("sequence_parallel") and tp == 1:
-        raise ConfigError("megatron_cfg.model.sequence_parallel: needs tensor_model_parallel_size > 1; set it to false")
+    model, warnings = normalize_model(model, tp=tp, te=te_usable(cpu) if te is None else te)
+    for line in warnings:
+        if line not in _WARNED:  # once per process, however often a YAML is translated
+            _WARNED.add(line)
+            log.warning(line)
 
     optim = dict(model.get("optim") or {})
     sched = dict(optim.pop("sched", None) or {})
@@ -114,7 +198,7 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False) -> dict[str, dict[str, Any
         "model": model_out,
         "strategy": dict(
             tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-            sequence_parallel=bool(model.get("sequence_parallel", False)),
+            sequence_parallel=model["sequence_parallel"],
             pipeline_dtype=params_dtype, ckpt_async_save=False,
         ),
         "precision": None if half is None else dict(
@@ -150,4 +234,5 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False) -> dict[str, dict[str, Any
             wandb=bool(exp.get("create_wandb_logger", False)), wandb_kwargs=dict(exp.get("wandb_logger_kwargs") or {}),
             tensorboard=bool(exp.get("create_tensorboard_logger", True)),
         ),
+        "warnings": warnings,
     }

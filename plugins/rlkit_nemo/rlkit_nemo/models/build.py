@@ -16,17 +16,21 @@ import torch.nn.functional as F
 from megatron.core import parallel_state
 from megatron.core.transformer import TransformerConfig
 
-from rlkit_nemo.models.gpt import HeadedGPTModel, layer_spec
+from rlkit_nemo.models.gpt import HeadedGPTModel
 
 ACTIVATIONS = {
     "gelu": (F.gelu, False),
     "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), False),  # GPT-2's gelu_new
     "relu": (F.relu, False),
     "swiglu": (F.silu, True),  # Llama: silu(gate) * up
+    "geglu": (F.gelu, True),
+    "reglu": (F.relu, True),
+    "squared_relu": (lambda x: F.relu(x) ** 2, False),
 }
 # the plain-torch layer spec (see gpt.layer_spec) takes no fused kernels
 NO_FUSED_KERNELS = dict.fromkeys(("bias_activation_fusion", "masked_softmax_fusion", "bias_dropout_fusion", "apply_rope_fusion",
                                   "gradient_accumulation_fusion", "persist_layer_norm"), False)
+FP8_KEYS = ("fp8_margin", "fp8_interval", "fp8_amax_history_len", "fp8_amax_compute_algo")
 DTYPES = {"32": torch.float32, "16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -66,6 +70,10 @@ def transformer_config(model: Mapping[str, Any], *, cpu: bool = False, **overrid
         recompute_method=model.get("activations_checkpoint_method") if recompute == "full" else None,
         recompute_num_layers=model.get("activations_checkpoint_num_layers") if recompute == "full" else None,
         use_cpu_initialization=cpu,
+        # TE's norms take zero-centred weights (NeMo's layernorm1p); the local spec gets w + 1
+        layernorm_zero_centered_gamma=bool(model.get("layernorm_zero_centered_gamma")) and bool(model.get("transformer_engine")),
+        fp8=model.get("fp8") if model.get("transformer_engine") else None,
+        **{k: model[k] for k in FP8_KEYS if k in model and model.get("fp8") and model.get("transformer_engine")},
         **NO_FUSED_KERNELS,
     )
     kwargs.update(overrides)
@@ -76,11 +84,17 @@ def build_gpt(
     model: Mapping[str, Any], vocab_size: int, *, make_heads: Optional[Callable] = None, cpu: bool = False,
     config: Optional[TransformerConfig] = None,
 ) -> HeadedGPTModel:
-    """This rank's pipeline stage of the GPT (parallel state must be initialised)."""
+    """This rank's pipeline stage of the GPT (parallel state must be initialised). Transformer
+    Engine's layer spec when the model section says ``transformer_engine`` (see
+    :mod:`rlkit_nemo.model_keys`), megatron-core's local one otherwise; rotary embeddings with
+    the section's ``rotary_base``, ``rotary_percent`` and ``rope_scaling`` (:mod:`rlkit_nemo.rope`)."""
+    from rlkit_nemo.rope import apply_rope
+    from rlkit_nemo.te import layer_spec
+
     config = config or transformer_config(model, cpu=cpu)
-    return HeadedGPTModel(
+    gpt = HeadedGPTModel(
         config=config,
-        transformer_layer_spec=layer_spec(config),
+        transformer_layer_spec=layer_spec(config, use_te=bool(model.get("transformer_engine"))),
         vocab_size=vocab_size,
         max_sequence_length=model.get("max_position_embeddings", model["encoder_seq_length"]),
         pre_process=parallel_state.is_pipeline_first_stage(),
@@ -89,5 +103,27 @@ def build_gpt(
         share_embeddings_and_output_weights=model.get("share_embeddings_and_output_weights", True),
         position_embedding_type=model.get("position_embedding_type", "learned_absolute"),
         rotary_base=model.get("rotary_base", 10000),
+        rotary_percent=float(model.get("rotary_percent", 1.0)),
         make_heads=make_heads,
     )
+    if not config.perform_initialization:
+        mark_tensor_parallel(gpt)
+    apply_rope(gpt, model)
+    return gpt
+
+
+def mark_tensor_parallel(model: torch.nn.Module) -> None:
+    """Megatron's tensor-parallel attributes (``tensor_model_parallel``, ``partition_dim``) on
+    the split weights of a model built with ``perform_initialization=False``: megatron-core
+    sets them only while initialising, yet loading, gathering, gradient clipping and the
+    optimizer read them. Embedding and column-parallel weights split along rows, row-parallel
+    ones along columns; weights that have them already are left alone."""
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+    from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+    for module in model.modules():
+        dim = 0 if isinstance(module, (VocabParallelEmbedding, ColumnParallelLinear)) else (
+            1 if isinstance(module, RowParallelLinear) else None)
+        weight = getattr(module, "weight", None)
+        if dim is not None and isinstance(weight, torch.nn.Parameter) and not hasattr(weight, "tensor_model_parallel"):
+            set_tensor_model_parallel_attributes(weight, True, dim, 1)

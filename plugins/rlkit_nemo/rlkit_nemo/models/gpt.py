@@ -18,22 +18,6 @@ from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
 from megatron.core.transformer import TransformerConfig
 
 
-def layer_spec(config: TransformerConfig):
-    """megatron-core's plain-torch layer spec, on CPU and GPU alike: its parameter names are
-    the ones :mod:`rlkit_nemo.convert` maps (Transformer Engine's spec fuses the norms into
-    the linear layers under other names, and is not mapped yet)."""
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-
-    if config.sequence_parallel:
-        from rlkit_core.errors import ConfigError
-
-        raise ConfigError(
-            "megatron_cfg.model.sequence_parallel: needs Transformer Engine's layer spec, which rlkit-nemo's "
-            "models do not use yet; set it to false"
-        )
-    return get_gpt_layer_local_spec(normalization=config.normalization)
-
-
 class HeadedGPTModel(GPTModel):
     """Megatron GPT plus ``heads`` (built by ``make_heads(config, vocab_size)`` on the last stage only)."""
 
