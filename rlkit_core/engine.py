@@ -29,6 +29,10 @@ has. Inputs are a batch object with the named attributes (or keys); outputs are 
          ``values`` (B, R) when the model has a value head: V of the state before each token;
          ``ref_logprobs`` (B, R) when asked for (``want``) and the model has a reference;
          ``trunk`` (list of B tensors) when asked for and the engine can keep it.
+         ``want`` may also hold ``"no_logprobs"``, a hint: the method needs nothing of the
+         policy's own from this call (only ``ref_logprobs`` or ``trunk``), so an engine may
+         skip the policy's pass and leave ``logprobs`` and ``values`` out (GRPO when pi_old
+         is the policy being trained). An engine that ignores it returns them as usual.
 ``"tokens"`` (SFT)
     in:  ``input_ids``, ``attention_mask``, ``labels`` (B, T) with -100 on positions that do
          not count (causal: labels equal the input ids; seq2seq: the decoder's targets).

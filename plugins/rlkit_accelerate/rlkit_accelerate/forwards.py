@@ -54,8 +54,8 @@ def response_forward(model, unwrapped, batch, want: Sequence[str] = (), *, train
         cached = {"trunk_hidden": trunk} if trunk is not None else {}
         out = model(input_ids=query, attention_mask=mask[:, :Q], response_ids=response, response_mask=mask[:, Q:], **cached)
         return _policy_outputs(out, response)
-    out, ref_logits = unwrapped.score_rollout(query, mask[:, :Q], response, mask[:, Q:])
-    result = _policy_outputs(out, response)
+    out, ref_logits = unwrapped.score_rollout(query, mask[:, :Q], response, mask[:, Q:], policy="no_logprobs" not in want)
+    result = _policy_outputs(out, response) if out.logits is not None else {}
     if "ref_logprobs" in want and ref_logits is not None:
         result["ref_logprobs"] = logprobs_of_labels(ref_logits, response).float()
     if "trunk" in want and getattr(unwrapped, "caches_trunk", lambda: False)():

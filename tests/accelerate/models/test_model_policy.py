@@ -42,6 +42,18 @@ def test_reference_equals_policy_at_step_zero(arch, unfrozen, value_layers):
     assert torch.equal(policy.forward_reference(input_ids, attention_mask, trunk=trunk), reference)
 
 
+@pytest.mark.parametrize("unfrozen", [-1, 2])
+def test_score_rollout_without_the_policy_gives_the_same_reference_and_trunk(unfrozen):
+    input_ids, attention_mask = left_padded()
+    policy = CausalLMWithValueHead(build("gpt2"), num_layers_unfrozen=unfrozen, value_head=False).eval()
+    query, q_mask, response, r_mask = input_ids[:, :5], attention_mask[:, :5], input_ids[:, 5:], attention_mask[:, 5:]
+    out, reference = policy.score_rollout(query, q_mask, response, r_mask)
+    skipped, same = policy.score_rollout(query, q_mask, response, r_mask, policy=False)
+    assert skipped.logits is None and skipped.values is None  # the policy's top never ran
+    assert torch.equal(same, reference) and torch.equal(skipped.trunk_hidden, out.trunk_hidden)
+    assert torch.equal(reference, out.logits)  # step 0: the reference is the policy
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "gpt_neox", "opt", "gemma"])
 def test_reference_equals_policy_other_architectures(arch):
     input_ids, attention_mask = left_padded()

@@ -66,6 +66,34 @@ def test_beta_zero_builds_no_reference_and_runs_no_reference_pass(tmp_path, monk
     assert all(r["policy/kl"] >= 0 for r in train)
 
 
+def test_the_rollout_forward_skips_the_policy_when_pi_old_is_the_policy(tmp_path, monkeypatch):
+    from rlkit_accelerate.engine import AccelerateEngine
+
+    seen = []
+    original = AccelerateEngine.forward
+
+    def recording(self, kind, batch, want=()):
+        out = original(self, kind, batch, want)
+        seen.append((tuple(want), sorted(out)))
+        return out
+
+    monkeypatch.setattr(AccelerateEngine, "forward", recording)
+    # beta > 0, one optimizer step per phase: the forward is for the reference alone, the policy's top is skipped
+    trainer = run("grpo", tmp_path / "a", config_overrides=dict(train=dict(batch_size=16), method=dict(beta=0.1)))
+    assert seen and all("no_logprobs" in want and "logprobs" not in out and "ref_logprobs" in out for want, out in seen)
+    assert trainer.iter_count == 4
+    train = [r for r in read_metrics(tmp_path / "a" / "ckpts" / "logs") if r["kind"] == "train"]
+    assert train[0]["ratio"] == pytest.approx(1.0) and all(r["policy/kl"] >= 0 for r in train)
+    # two steps per phase need pi_old from the rollout: the policy runs
+    seen.clear()
+    run("grpo", tmp_path / "b", config_overrides=dict(method=dict(beta=0.1)))
+    assert seen and all("no_logprobs" not in want and "logprobs" in out for want, out in seen)
+    # RLOO's KL in the reward reads pi_old at rollout time
+    seen.clear()
+    run("rloo", tmp_path / "c", config_overrides=dict(train=dict(batch_size=16), method=dict(beta=0.1)))
+    assert seen and all("no_logprobs" not in want and "logprobs" in out for want, out in seen)
+
+
 def test_rloo_puts_the_kl_in_the_reward(tmp_path):
     # a reward that varies within groups, so the policy moves away from the reference
     run("rloo", tmp_path, reward_fn=letters, config_overrides=dict(method=dict(beta=0.5), optimizer=dict(kwargs=dict(lr=3e-3))))

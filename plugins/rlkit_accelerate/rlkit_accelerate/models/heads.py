@@ -45,8 +45,10 @@ class Branch(nn.Module):
         # a frozen branch is a fixed target: never dropout
         return super().train(mode and not self.frozen)
 
-    def forward(self, hidden: torch.Tensor, branch: BranchInput) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, branch: BranchInput, keep: int | None = None) -> torch.Tensor:
+        """The branch's blocks, final norm and head; the head on the last ``keep`` positions when given."""
         hidden = run_post(self.post, run_blocks(self.blocks, hidden, branch))  # [B, T, H]
+        hidden = hidden if keep is None else hidden[:, -keep:]  # [B, K, H]
         return hidden if self.head is None else self.head(hidden)
 
 

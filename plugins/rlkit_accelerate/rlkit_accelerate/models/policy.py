@@ -44,7 +44,7 @@ from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, sa
 
 @dataclass
 class PolicyOutput:
-    logits: torch.Tensor  # [B, T, V]
+    logits: torch.Tensor | None  # [B, T, V]; None when score_rollout skipped the policy
     values: torch.Tensor | None  # [B, T]; None without a value head
     hidden_states: torch.Tensor | None = None  # [B, T, H], the LM head's input
     trunk_hidden: torch.Tensor | None = None  # [B, T, H], what enters block branch_index (score_rollout)
@@ -152,8 +152,10 @@ class CausalLMWithValueHead(nn.Module):
         start = run_trunk(self.base_model, self.layout, 0, input_ids, attention_mask, position_ids)
         return BranchInput(hidden=trunk_hidden.to(start.hidden.dtype), index=self.branch_index, args=start.args, kwargs=start.kwargs)
 
-    def forward_top(self, trunk: BranchInput, return_hidden: bool = False) -> PolicyOutput:
-        """Trainable top and heads on a trunk output: logits and values."""
+    def forward_top(self, trunk: BranchInput, return_hidden: bool = False, keep: int | None = None) -> PolicyOutput:
+        """Trainable top and heads on a trunk output: logits and values (of the last ``keep``
+        positions only when given: the LM head is most of a top's cost, and the response
+        forwards read only the positions that predict the response, as TRL's ``logits_to_keep``)."""
         if trunk.index != self.branch_index:
             raise ValueError(f"trunk cut at block {trunk.index}; this policy branches at {self.branch_index}")
         blocks = self.layout.blocks
@@ -161,13 +163,13 @@ class CausalLMWithValueHead(nn.Module):
         hidden = run_blocks(blocks[trunk.index : value_index], trunk.hidden, trunk)  # [B, T, H]
         value_input = hidden
         hidden = run_blocks(blocks[value_index:], hidden, trunk)
-        final = run_post(self.layout.post, hidden)  # [B, T, H]
-        logits = self.layout.lm_head(final)  # [B, T, V]
+        final = _last(run_post(self.layout.post, hidden), keep)  # [B, K, H]
+        logits = self.layout.lm_head(final)  # [B, K, V]
         if self.value_branch is not None:
-            value_hidden = self.value_branch(value_input, trunk)
+            value_hidden = _last(self.value_branch(value_input, trunk), keep)
         else:
             value_hidden = final  # trlX: the value head shares the policy's final hidden state
-        values = self.v_head(value_hidden).squeeze(-1) if self.v_head is not None else None  # [B, T]
+        values = self.v_head(value_hidden).squeeze(-1) if self.v_head is not None else None  # [B, K]
         return PolicyOutput(logits=logits, values=values, hidden_states=final if return_hidden else None)
 
     def forward(
@@ -193,24 +195,27 @@ class CausalLMWithValueHead(nn.Module):
                 trunk = self.cached_trunk(trunk_hidden, input_ids, attention_mask)
             else:
                 trunk = self.forward_trunk(input_ids, attention_mask)
-            return _response_part(self.forward_top(trunk, return_hidden=return_hidden), response_ids.shape[1])
+            R = response_ids.shape[1]
+            return _response_part(self.forward_top(trunk, return_hidden=return_hidden, keep=R + 1), R)
         if trunk is None:
             trunk = self.forward_trunk(input_ids, attention_mask, position_ids)
         return self.forward_top(trunk, return_hidden=return_hidden)
 
     @torch.no_grad()
-    def score_rollout(self, input_ids, attention_mask, response_ids, response_mask) -> tuple[PolicyOutput, torch.Tensor | None]:
+    def score_rollout(self, input_ids, attention_mask, response_ids, response_mask,
+                      policy: bool = True) -> tuple[PolicyOutput | None, torch.Tensor | None]:
         """Policy logits and values and reference logits over the response positions, with
-        the frozen trunk run once for both (no reference logits for a model without one)."""
+        the frozen trunk run once for both (no reference logits for a model without one).
+        ``policy=False`` skips the policy's top (the output then holds only ``trunk_hidden``)."""
         joined_ids, joined_mask = _join(input_ids, attention_mask, response_ids, response_mask)
         position_ids = position_ids_from_mask(joined_mask)
         trunk = self.forward_trunk(joined_ids, joined_mask, position_ids)
         R = response_ids.shape[1]
-        out = _response_part(self.forward_top(trunk), R)
+        out = _response_part(self.forward_top(trunk, keep=R + 1), R) if policy else PolicyOutput(logits=None, values=None)
         out.trunk_hidden = trunk.hidden
         if self.reference is None and not self.uses_adapters:
             return out, None
-        reference = self.forward_reference(joined_ids, joined_mask, position_ids, trunk=trunk)
+        reference = self.forward_reference(joined_ids, joined_mask, position_ids, trunk=trunk, keep=R + 1)
         return out, reference[:, -R - 1 : -1]
 
     @torch.no_grad()
@@ -220,10 +225,12 @@ class CausalLMWithValueHead(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         trunk: BranchInput | None = None,
+        keep: int | None = None,
     ) -> torch.Tensor:
-        """The initial policy's logits [B, T, V] (trlX's ``forward_hydra``). With a hydra
-        reference, pass the ``trunk`` the policy used to avoid running it twice; the separate
-        reference of ``num_layers_unfrozen = -1`` always needs ``input_ids``."""
+        """The initial policy's logits [B, T, V] (trlX's ``forward_hydra``), of the last
+        ``keep`` positions when given (as ``forward_top``). With a hydra reference, pass the
+        ``trunk`` the policy used to avoid running it twice; the separate reference of
+        ``num_layers_unfrozen = -1`` always needs ``input_ids``."""
         if position_ids is None and attention_mask is not None:
             position_ids = position_ids_from_mask(attention_mask)
         if self.uses_adapters:
@@ -231,14 +238,17 @@ class CausalLMWithValueHead(nn.Module):
             self.base_model.eval()  # a fixed target: never dropout
             try:
                 with self.base_model.disable_adapter():
-                    return self.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
+                    logits = self.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
+                    return _last(logits, keep)
             finally:
                 self.base_model.train(was_training)
         if self.num_layers_unfrozen < 0:
             if input_ids is None:
                 raise ValueError("num_layers_unfrozen=-1: the reference is a separate model; pass input_ids")
+            # HF's logits_to_keep: the head on the last ``keep`` positions, as forward_top's
+            extra = {"logits_to_keep": keep} if keep else {}
             out = self.reference(
-                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **extra
             )
             return out.logits
         if trunk is None:
@@ -246,7 +256,7 @@ class CausalLMWithValueHead(nn.Module):
         # frozen policy blocks between the trunk cut and the hydra branch equal the reference's
         split = self.layout.num_blocks - self.num_layers_unfrozen
         hidden = run_blocks(self.layout.blocks[trunk.index : split], trunk.hidden, trunk)
-        return self.reference(hidden, trunk)
+        return self.reference(hidden, trunk, keep=keep)
 
     def generate(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         """The policy's top is the base model's own top, so sampling is the base model's."""
@@ -274,6 +284,11 @@ def _join(query, query_mask, response, response_mask) -> tuple[torch.Tensor, tor
     if response_mask is None:
         response_mask = torch.ones_like(response)
     return torch.cat([query, response], dim=1), torch.cat([query_mask, response_mask], dim=1)
+
+
+def _last(x: torch.Tensor, keep: int | None) -> torch.Tensor:
+    """The last ``keep`` positions of [B, T, ...] (all of them for None)."""
+    return x if keep is None else x[:, -keep:]
 
 
 def _response_part(out: PolicyOutput, R: int) -> PolicyOutput:

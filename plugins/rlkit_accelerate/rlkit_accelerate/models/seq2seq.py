@@ -274,8 +274,10 @@ class Seq2SeqLMWithValueHead(nn.Module):
         return self.reference(trunk.hidden, trunk)
 
     @torch.no_grad()
-    def score_rollout(self, input_ids, attention_mask, response_ids, response_mask) -> tuple[PolicyOutput, torch.Tensor]:
-        """Policy logits and values and reference logits over the response positions."""
+    def score_rollout(self, input_ids, attention_mask, response_ids, response_mask,
+                      policy: bool = True) -> tuple[PolicyOutput, torch.Tensor]:
+        """Policy logits and values and reference logits over the response positions
+        (``policy`` is the causal policy's hint; the seq2seq policy always runs its top)."""
         trunk = self.forward_trunk(input_ids, attention_mask, response_ids, response_mask)
         out = self.forward_top(trunk)
         return out, self.forward_reference(input_ids, attention_mask, response_ids, response_mask, trunk=trunk)

@@ -118,7 +118,8 @@ class GRPOTrainer(RLTrainer):
         r_mask = pad([torch.ones(len(o), dtype=torch.long) for o in outputs], 0, "right")
         out = self.engine.forward("response", {"query_tensors": query, "response_tensors": response,
                                                "attention_mask": torch.cat([q_mask, r_mask], dim=1)}, want=want)
-        part["logprobs"] = [out["logprobs"][i, :n] for i, n in enumerate(lengths)]
+        if "logprobs" in out:  # an engine may leave them out when want says "no_logprobs"
+            part["logprobs"] = [out["logprobs"][i, :n] for i, n in enumerate(lengths)]
         if "ref_logprobs" in out:
             part["ref_logprobs"] = [out["ref_logprobs"][i, :n] for i, n in enumerate(lengths)]
         part["trunk"] = out.get("trunk") or [None] * len(lengths)
@@ -165,7 +166,9 @@ class GRPOTrainer(RLTrainer):
         if self.progress_bar is not None:
             self.progress_bar.show_phase("rollout")
         keep_old = self.needs_old_logprobs(num_rollouts)
-        want = tuple(w for w, on in (("ref_logprobs", method.beta > 0), ("trunk", self.cache_trunk)) if on)
+        # pi_old is the policy being trained unless kept: then the forward is for the reference (and trunk) alone
+        want = tuple(w for w, on in (("ref_logprobs", method.beta > 0), ("trunk", self.cache_trunk),
+                                     ("no_logprobs", not keep_old)) if on)
         run_forward = method.beta > 0 or keep_old
         timer = {"generate": 0.0, "score": 0.0, "forward": 0.0}
         tokens = {"generate": 0, "forward": 0}
