@@ -116,9 +116,7 @@ class MegatronEngine:
         from megatron.core.optimizer import get_megatron_optimizer
         from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-        from rlkit_nemo.build import freeze_lower_layers, heads_factory, model_source
-        from rlkit_nemo.models.build import build_gpt
-        from rlkit_nemo.models.sharding import load_full_state_dict
+        from rlkit_nemo.build import build_model, heads_factory, model_source
         from rlkit_nemo.optim import LRSchedule, optimizer_config
         from rlkit_nemo.parallel import check_parallel_sizes
         from rlkit_nemo.pipeline import seeded
@@ -127,25 +125,19 @@ class MegatronEngine:
         seed = self.config.train.seed
         make_heads = seeded(heads_factory(spec), seed)  # the same heads at every TP/PP layout
         torch.manual_seed(seed)  # the same initial weights on every rank (an HF config is built here)
-        model_cfg, vocab, full, self.hf_config = model_source(self.megatron["model"], self.source, len(self.tokenizer))
+        model_cfg, vocab, weights, self.hf_config = model_source(self.megatron["model"], self.source, len(self.tokenizer))
         tp = self.ps.get_tensor_model_parallel_world_size()
         check_parallel_sizes(tensor_model_parallel_size=tp, pipeline_model_parallel_size=self.pipeline_size,
                              world_size=dist.get_world_size(), num_attention_heads=model_cfg["num_attention_heads"],
                              num_layers=model_cfg["num_layers"], where="megatron_cfg.model")
-        if vocab % tp:
-            raise ConfigError(f"megatron_cfg.model: vocabulary size {vocab} must be divisible by tensor_model_parallel_size={tp}")
         torch.manual_seed(seed)
         model_parallel_cuda_manual_seed(seed)
         self.model_cfg, self.vocab_size = model_cfg, vocab
-        module = build_gpt(model_cfg, vocab, make_heads=make_heads, cpu=self.cpu)
-        if full is not None:
-            load_full_state_dict(module, full, keep=("heads.",))  # heads start fresh
-        if spec.reference:  # a frozen copy of the initial policy: exact at step 0
-            self.ref = build_gpt(model_cfg, vocab, cpu=self.cpu)
-            self.ref.load_state_dict({k: v for k, v in module.state_dict().items() if not k.startswith("heads.")})
-            self.ref.to(self.device).eval().requires_grad_(False)
-        freeze_lower_layers(module, model_cfg["num_layers"], spec.num_layers_unfrozen)
-        self.module = module.to(self.device)
+        # each rank loads its slice; the vocabulary padded for TP; the reference shares the frozen blocks
+        module, self.ref = build_model(model_cfg, vocab, weights, spec, make_heads=make_heads, cpu=self.cpu,
+                                       device=self.device, tp=tp)
+        del weights
+        self.module = module
         self.model = DistributedDataParallel(
             config=module.config, module=module,
             ddp_config=DistributedDataParallelConfig(
@@ -296,7 +288,7 @@ class MegatronEngine:
         directory = Path(directory)
         self._share_rng()
         state.save(directory, self.ps, self.module, self.optimizer, self.schedule, is_main=self.is_main_process)
-        self.export(directory / "hf_model", _barrier=False)
+        self.export(directory / "hf_model", _barrier=False, nemo=False)  # the shards are beside it
 
     def load_state(self, directory) -> None:
         state.load(Path(directory), self.ps, self.module, self.optimizer, self.schedule)
@@ -316,15 +308,21 @@ class MegatronEngine:
             np.random.set_state(box[0][1])
             torch.set_rng_state(box[0][2])
 
-    def export(self, directory, *, merge_adapters: bool = False, _barrier: bool = True, **kwargs) -> None:
-        """Written by the main process; every rank calls it (the shards are gathered first)."""
+    def export(self, directory, *, merge_adapters: bool = False, _barrier: bool = True, nemo: bool = True, **kwargs) -> None:
+        """Written by the main process; every rank calls it (the shards are gathered first).
+        ``nemo``: NeMo 1's layout beside the HF files (``model_config.yaml``, ``model_weights.ckpt``
+        or one ``mp_rank_XX`` per TP rank, each written by its rank; :mod:`rlkit_nemo.nemo_checkpoint`)."""
         from rlkit_nemo.models.sharding import full_state_dict
+        from rlkit_nemo.nemo_checkpoint import save_nemo
 
         if _barrier:
             self.barrier()
         full = full_state_dict(self.module)
         if self.is_main_process:
             state.export(Path(directory), full, self.hf_config, self.tokenizer)
+        if nemo:
+            self.barrier()  # the main process made the folder
+            save_nemo(directory, self.module, self.model_cfg, self.ps, is_main=self.is_main_process)
         if _barrier:
             self.barrier()
 

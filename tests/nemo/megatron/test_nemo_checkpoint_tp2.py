@@ -1,0 +1,43 @@
+"""Weights at TP=2 on two CPU processes (checkpoint_tp2_worker.py): GPT-2 with a vocabulary TP=2
+cannot split (padded on load, masked, stripped on export) and Llama 3 with llama3 rope scaling,
+both read lazily from HF folders, round trip HF -> Megatron -> HF exactly and give HF's logits;
+NeMo's layout written at TP=2 reloads at TP=2 and merged at TP=1; trlX's Llama checkpoint
+layout loads at TP=2."""
+
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory, torchrun):
+    out = tmp_path_factory.mktemp("ckpt_tp2")
+    torchrun("checkpoint_tp2_worker.py", str(out))
+    return [json.loads((out / f"ckpt_{rank}.json").read_text()) for rank in (0, 1)]
+
+
+def test_gpt2_at_tp2_pads_the_vocabulary_and_round_trips_exactly(ranks):
+    for r in ranks:
+        g = r["gpt2"]
+        assert g["padded_rows_per_rank"] == 31  # 61 -> 62 rows, 31 per rank
+        assert g["round_trip_exact"] is True
+        assert g["logits_max_diff"] < 1e-4 and g["padded_logits_masked"] is True
+
+
+def test_llama3_with_rope_scaling_at_tp2_round_trips_and_matches_hf(ranks):
+    for r in ranks:
+        assert r["llama3"]["round_trip_exact"] is True
+        assert r["llama3"]["logits_max_diff"] < 1e-4
+
+
+def test_nemo_layout_written_at_tp2_reloads_at_tp2_and_tp1(ranks):
+    for r in ranks:
+        n = r["nemo"]
+        assert n["files"] == ["model_config.yaml", "mp_rank_00/model_weights.ckpt", "mp_rank_01/model_weights.ckpt"]
+        assert n["tp2_reload_exact"] is True and n["tp2_reload_logits_max_diff"] < 1e-4
+        assert n["tp1_merge_exact"] is True
+
+
+def test_trlx_llama_checkpoint_at_tp2_gives_hf_logits(ranks):
+    for r in ranks:
+        assert r["trlx"]["tp2_logits_max_diff"] < 1e-4
