@@ -9,7 +9,10 @@ Records in ``OUT/ckpt_<rank>.json``:
 * ``nemo``: that Llama saved in NeMo's layout at TP=2 (``mp_rank_00``, ``mp_rank_01``),
   reloaded at TP=2 (each rank its own file) and at TP=1 (merged): equal to what was saved;
 * ``trlx``: trlX's Llama checkpoint layout at TP=2 (megatron_legacy QKV) with trlX's
-  megatron_llama_cfg.yaml: logits equal HF's.
+  megatron_llama_cfg.yaml: logits equal HF's;
+* ``pp2``: the Llama 3 loaded at PP=2 (each stage its layers), saved in NeMo's layout (one
+  ``tp_rank_00_pp_rank_00X`` per stage, layers numbered within the stage) and reloaded at PP=1
+  (stages merged): equal to the staged model, and exported to HF exactly.
 Usage: torchrun --nproc_per_node 2 checkpoint_tp2_worker.py OUT
 """
 
@@ -42,9 +45,9 @@ from test_nemo_checkpoint import tiny_llama  # noqa: E402
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trlx_nemo_configs"
 
 
-def layout(tp):
+def layout(tp, pp=1):
     ps.destroy_model_parallel()
-    ps.initialize_model_parallel(tensor_model_parallel_size=tp)
+    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
     model_parallel_cuda_manual_seed(0)
 
 
@@ -134,9 +137,22 @@ def main(out):
         expected_trlx = hf(input_ids=ids).logits
     results["trlx"] = {"tp2_logits_max_diff": float((logits(trlx, ids) - expected_trlx).abs().max())}
 
-    layout(1)  # each rank alone: the TP=2 NeMo checkpoint merged per tensor
+    layout(1, pp=2)
+    staged, staged_cfg = load(dict(tiny_yaml_model(1), pipeline_model_parallel_size=2), str(out / "hf_llama3"), 64)
+    save_nemo(out / "nemo_pp2", staged, staged_cfg, ps, is_main=rank == 0)
+    dist.barrier()
+    staged_full = full_state_dict(staged)
+
+    layout(1)  # each rank alone: the TP=2 NeMo checkpoint merged per tensor, the PP=2 one per stage
     merged, _ = load(tiny_yaml_model(1), str(out / "nemo_tp2"), 64)
     results["nemo"]["tp1_merge_exact"] = same(full_state_dict(merged), full)
+    unstaged, _ = load(tiny_yaml_model(1), str(out / "nemo_pp2"), 64)
+    results["pp2"] = {
+        "files": sorted(str(p.relative_to(out / "nemo_pp2")) for p in (out / "nemo_pp2").rglob("*") if p.is_file()),
+        "pp1_merge_exact": same(full_state_dict(unstaged), staged_full),
+        "round_trip_exact": same(megatron_to_hf(staged_full, llama.config), llama.state_dict()),
+        "logits_max_diff": float((logits(unstaged, ids) - expected).abs().max()),
+    }
     ps.destroy_model_parallel()
     (out / f"ckpt_{rank}.json").write_text(json.dumps(results, indent=1))
     dist.destroy_process_group()

@@ -2,7 +2,8 @@
 cannot split (padded on load, masked, stripped on export) and Llama 3 with llama3 rope scaling,
 both read lazily from HF folders, round trip HF -> Megatron -> HF exactly and give HF's logits;
 NeMo's layout written at TP=2 reloads at TP=2 and merged at TP=1; trlX's Llama checkpoint
-layout loads at TP=2."""
+layout loads at TP=2; a model loaded at PP=2 saves one NeMo file per stage, which reload merged
+at PP=1."""
 
 import json
 
@@ -41,3 +42,12 @@ def test_nemo_layout_written_at_tp2_reloads_at_tp2_and_tp1(ranks):
 def test_trlx_llama_checkpoint_at_tp2_gives_hf_logits(ranks):
     for r in ranks:
         assert r["trlx"]["tp2_logits_max_diff"] < 1e-4
+
+
+def test_nemo_layout_written_at_pp2_reloads_merged_at_pp1(ranks):
+    for r in ranks:
+        p = r["pp2"]
+        assert p["files"] == ["model_config.yaml", "tp_rank_00_pp_rank_000/model_weights.ckpt",
+                              "tp_rank_00_pp_rank_001/model_weights.ckpt"]
+        assert p["pp1_merge_exact"] is True and p["round_trip_exact"] is True
+        assert p["logits_max_diff"] < 1e-4
