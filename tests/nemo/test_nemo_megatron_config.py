@@ -24,13 +24,15 @@ def test_shipped_yamls_translate_to_their_parallel_layouts():
     assert (tiny["strategy"]["tensor_model_parallel_size"], tiny["strategy"]["pipeline_model_parallel_size"]) == (2, 1)
     assert tiny["precision"] is None and tiny["optimizer"]["bf16"] is False
     assert (b20["strategy"]["tensor_model_parallel_size"], b20["strategy"]["pipeline_model_parallel_size"]) == (8, 2)
-    # sequence parallelism (the 20B YAML asks for it) runs with Transformer Engine only
-    assert b20["strategy"]["sequence_parallel"] is False and b20["model"]["sequence_parallel"] is False
-    assert b20["warnings"] == ["megatron_cfg.model.sequence_parallel: needs Transformer Engine layers and Transformer "
-                               "Engine is not available here (no GPU or no transformer_engine); turned off"]
-    with_te = translate(str(CONFIGS / "megatron_20b.yaml"), te=True)
+    assert b20["strategy"]["sequence_parallel"] is False and b20["model"]["transformer_engine"] is False
+    assert b20["warnings"] == []
+    # sequence parallelism runs with Transformer Engine's layers, asked for and available
+    sp = shipped("megatron_20b.yaml")
+    sp["model"].update(sequence_parallel=True, transformer_engine=True)
+    with_te = translate(sp, te=True)
     assert with_te["strategy"]["sequence_parallel"] is True and with_te["model"]["transformer_engine"] is True
     assert with_te["warnings"] == []
+    assert translate(sp, te=False)["strategy"]["sequence_parallel"] is False
     assert b20["trainer"]["num_nodes"] == 4 and b20["trainer"]["devices"] == 8
     assert b20["model"]["activations_checkpoint_granularity"] == "full"
     assert b13["data"] == {"micro_batch_size": 32, "global_batch_size": 256, "seq_len": 2048}

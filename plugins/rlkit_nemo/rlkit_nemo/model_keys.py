@@ -10,9 +10,10 @@ or numerics NeMo 1 had no equivalent for in megatron-core (``apply_query_key_lay
 Sequence parallelism and Transformer Engine (TE) are honoured where the hardware and the
 parallel layout allow and otherwise turned off with one warning line each:
 
-* TE's layers (``transformer_engine``; megatron-core's TE layer spec, fused attention, FP8)
-  need TE installed and a GPU; they are used whenever both are there unless the YAML says
-  ``transformer_engine: false``;
+* TE's layers (``transformer_engine: true``; megatron-core's TE layer spec, fused attention,
+  FP8) need TE installed and a GPU, and are used only when the YAML asks for them (NeMo 1's
+  default was off, and TE's attention takes no padding mask in megatron-core's cached decoding,
+  see docs/nemo.md);
 * ``sequence_parallel`` splits activations over the TP ranks: it needs TP > 1 and TE's layers
   (the plain-torch norms of the local spec cannot run it);
 * ``fp8`` needs TE's layers.
@@ -80,9 +81,9 @@ def normalize_model(model: dict[str, Any], *, tp: int, te: bool) -> tuple[dict[s
     if model.get("megatron_legacy"):
         out["megatron_legacy"] = True  # only the layout of a NeMo checkpoint's QKV (rlkit_nemo.nemo_checkpoint)
 
-    # Transformer Engine, then what needs it
-    wants_te = model.get("transformer_engine")
-    use_te = te and wants_te is not False
+    # Transformer Engine when asked for (NeMo 1's default: off), then what needs it
+    wants_te = bool(model.get("transformer_engine", False))
+    use_te = te and wants_te
     if wants_te and not te:
         warnings.append(f"{WHERE}.transformer_engine: Transformer Engine needs a GPU and the transformer_engine "
                         f"package, not available here; turned off (megatron-core's local layers instead)")
@@ -91,7 +92,8 @@ def normalize_model(model: dict[str, Any], *, tp: int, te: bool) -> tuple[dict[s
         warnings.append(f"{WHERE}.sequence_parallel: needs tensor_model_parallel_size > 1 (here 1); turned off")
         sp = False
     elif sp and not use_te:
-        reason = "transformer_engine: false" if te else "Transformer Engine is not available here (no GPU or no transformer_engine)"
+        reason = ("the YAML does not ask for them (transformer_engine: true; NeMo 1's default is false)" if te
+                  else "Transformer Engine is not available here (no GPU or no transformer_engine)")
         warnings.append(f"{WHERE}.sequence_parallel: needs Transformer Engine layers and {reason}; turned off")
         sp = False
     out["sequence_parallel"], out["transformer_engine"] = sp, use_te

@@ -19,6 +19,8 @@ TRLX_YAMLS = ("megatron_1.3b.yaml", "megatron_2b.yaml", "megatron_20b.yaml", "me
 SP_TP1 = "megatron_cfg.model.sequence_parallel: needs tensor_model_parallel_size > 1 (here 1); turned off"
 SP_NO_TE = ("megatron_cfg.model.sequence_parallel: needs Transformer Engine layers and Transformer Engine is not "
             "available here (no GPU or no transformer_engine); turned off")
+SP_NOT_ASKED = ("megatron_cfg.model.sequence_parallel: needs Transformer Engine layers and the YAML does not ask for them "
+                "(transformer_engine: true; NeMo 1's default is false); turned off")
 
 # what each YAML says, as trlX wrote it: (TP, PP, devices x nodes), (micro, global batch, sequence),
 # (layers, hidden, ffn, heads), precision / O2 -> weights dtype, optimizer, scheduler, warnings on a CPU
@@ -132,7 +134,13 @@ def test_an_unknown_bare_name_lists_the_shipped_configs(tmp_path, monkeypatch):
 
 
 def test_sequence_parallel_and_transformer_engine_are_honoured_where_they_can_run():
-    out = translate(str(FIXTURES / "megatron_20b.yaml"), te=True)  # a GPU with Transformer Engine
+    # a GPU with Transformer Engine: TE's layers only when asked for (NeMo 1's default is off)
+    out = translate(str(FIXTURES / "megatron_20b.yaml"), te=True)
+    assert out["strategy"]["sequence_parallel"] is False and out["model"]["transformer_engine"] is False
+    assert out["warnings"] == [SP_NOT_ASKED]
+    cfg = yaml.safe_load((FIXTURES / "megatron_20b.yaml").read_text())
+    cfg["model"]["transformer_engine"] = True
+    out = translate(cfg, te=True)
     assert out["strategy"]["sequence_parallel"] is True and out["model"]["transformer_engine"] is True
     assert out["warnings"] == []
     tp1 = translate(str(FIXTURES / "megatron_1.3b.yaml"), te=True)
