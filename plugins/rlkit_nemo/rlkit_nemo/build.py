@@ -76,12 +76,12 @@ def model_source(yaml_model: dict, source: Any, vocab_size: int):
 
     if source is None or source == "":
         return dict(yaml_model), vocab_size, None, None
+    config = _hf_folder_config(source)
+    if config is not None:  # read lazily: each rank its slice; HF first (an export folder holds both)
+        return _keep_yaml(megatron_model_config(config), yaml_model), config.vocab_size, hf_source(source, config), config
     if is_nemo_checkpoint(source):
         model, weights = nemo_source(yaml_model, source)
         return model, vocab_size, weights, hf_config_from_megatron(model, vocab_size)
-    config = _hf_folder_config(source)
-    if config is not None:  # read lazily: each rank its slice
-        return _keep_yaml(megatron_model_config(config), yaml_model), config.vocab_size, hf_source(source, config), config
     hf = load_hf_source(source)
     model = _keep_yaml(megatron_model_config(hf.config), yaml_model)
     return model, hf.config.vocab_size, HFWeights(DictReader(hf.state_dict()), hf.config), hf.config  # no copy

@@ -197,3 +197,23 @@ def test_te_and_local_names_map_both_ways():
     assert te_to_local(with_state) == local
     assert local_name(te_name("decoder.layers.0.pre_mlp_layernorm.bias")) == "decoder.layers.0.pre_mlp_layernorm.bias"
     assert te_name("model.decoder.layers.12.input_layernorm.weight") == "model.decoder.layers.12.self_attention.linear_qkv.layer_norm_weight"
+
+
+def test_an_export_folder_with_hf_and_nemo_files_loads_the_hf_weights(tmp_path):
+    """save_pretrained writes both layouts into one folder; a later run reads the HF files."""
+    from rlkit_nemo.build import model_source
+    from rlkit_nemo.convert import HFWeights
+    from rlkit_nemo.megatron_config import translate
+    from rlkit_nemo.nemo_checkpoint import NeMoWeights, save_nemo
+
+    ps = tp1()
+    hf = tiny_gpt2()
+    nemo = write_nemo1_gpt2(hf, tmp_path / "nemo")
+    yaml_model = dict(translate("megatron_tiny_cpu.yaml", cpu=True)["model"], tensor_model_parallel_size=1)
+    model, model_cfg, _ = load(yaml_model, nemo)
+    hf.save_pretrained(tmp_path / "both")
+    save_nemo(tmp_path / "both", model, model_cfg, ps, is_main=True)
+    assert (tmp_path / "both" / "model_weights.ckpt").is_file() and (tmp_path / "both" / "config.json").is_file()
+    assert isinstance(model_source(yaml_model, str(tmp_path / "both"), 64)[2], HFWeights)
+    (tmp_path / "both" / "config.json").unlink()  # NeMo's files alone
+    assert isinstance(model_source(yaml_model, str(tmp_path / "both"), 64)[2], NeMoWeights)
