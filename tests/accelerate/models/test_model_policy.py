@@ -54,6 +54,37 @@ def test_score_rollout_without_the_policy_gives_the_same_reference_and_trunk(unf
     assert torch.equal(reference, out.logits)  # step 0: the reference is the policy
 
 
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_the_trunk_kept_from_sampling_stands_in_for_a_second_trunk_pass(arch, monkeypatch):
+    input_ids, attention_mask = left_padded()
+    policy = CausalLMWithValueHead(build(arch), num_layers_unfrozen=2, value_head=False).eval()
+    monkeypatch.setattr(policy, "caches_trunk", lambda: True)  # eval mode: no dropout runs
+    torch.manual_seed(0)
+    out = policy.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=5, do_sample=True,
+                          top_k=0, pad_token_id=0)
+    Q = input_ids.shape[1]
+    response, r_mask = out[:, Q:], torch.ones_like(out[:, Q:])
+    r_mask[0, 3:] = 0  # row 0's response ended early (EOS): right padding
+    joined, mask = torch.cat([input_ids, response], 1), torch.cat([attention_mask, r_mask], 1)
+    kept = policy._sampled
+    full = policy.forward_trunk(joined, mask)
+    trunk = policy.sampled_trunk(joined, mask)
+    real = mask.bool() & (torch.arange(mask.shape[1]) < mask.shape[1] - 1)  # the last token was never fed
+    torch.testing.assert_close(trunk.hidden[real], full.hidden[real], atol=1e-5, rtol=1e-5)
+    assert policy.sampled_trunk(joined, mask) is None  # one use
+    # score_rollout reads it: the reference still equals the policy exactly, log-probs as a full pass
+    policy._sampled = kept
+    sampled, reference = policy.score_rollout(input_ids, attention_mask, response, r_mask)
+    again, _ = policy.score_rollout(input_ids, attention_mask, response, r_mask)  # nothing kept: the full trunk
+    assert torch.equal(sampled.logits, reference)
+    torch.testing.assert_close(sampled.logits[r_mask.bool()], again.logits[r_mask.bool()], atol=1e-5, rtol=1e-5)
+    # other ids (or another prompt padding) never read it; beam search keeps nothing
+    policy._sampled = kept
+    assert policy.sampled_trunk(joined.flip(0), mask.flip(0)) is None
+    policy.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3, num_beams=2, pad_token_id=0)
+    assert policy._sampled is None
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "gpt_neox", "opt", "gemma"])
 def test_reference_equals_policy_other_architectures(arch):
     input_ids, attention_mask = left_padded()

@@ -209,7 +209,9 @@ class CausalLMWithValueHead(nn.Module):
         ``policy=False`` skips the policy's top (the output then holds only ``trunk_hidden``)."""
         joined_ids, joined_mask = _join(input_ids, attention_mask, response_ids, response_mask)
         position_ids = position_ids_from_mask(joined_mask)
-        trunk = self.forward_trunk(joined_ids, joined_mask, position_ids)
+        trunk = self.sampled_trunk(joined_ids, joined_mask)
+        if trunk is None:
+            trunk = self.forward_trunk(joined_ids, joined_mask, position_ids)
         R = response_ids.shape[1]
         out = _response_part(self.forward_top(trunk, keep=R + 1), R) if policy else PolicyOutput(logits=None, values=None)
         out.trunk_hidden = trunk.hidden
@@ -259,8 +261,53 @@ class CausalLMWithValueHead(nn.Module):
         return self.reference(hidden, trunk, keep=keep)
 
     def generate(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """The policy's top is the base model's own top, so sampling is the base model's."""
-        return self.base_model.generate(*args, **kwargs)
+        """The policy's top is the base model's own top, so sampling is the base model's.
+
+        When the trunk can be cached (``caches_trunk``), what enters block ``branch_index`` at
+        every position sampling feeds (the prompts, then each new token but the last) is kept,
+        so that ``score_rollout`` on these samples needs no second trunk pass (``sampled_trunk``)."""
+        self._sampled = None
+        beams = kwargs.get("num_beams") or getattr(getattr(self.base_model, "generation_config", None), "num_beams", 1) or 1
+        one_path = beams == 1 and not any(k in kwargs for k in ("assistant_model", "penalty_alpha", "prompt_lookup_num_tokens"))
+        if not self.caches_trunk() or args or "input_ids" not in kwargs or not one_path:
+            return self.base_model.generate(*args, **kwargs)  # beams reorder rows between steps: nothing kept
+        steps: list[torch.Tensor] = []
+
+        def keep(module, block_args, block_kwargs):
+            steps.append((block_args[0] if block_args else block_kwargs["hidden_states"]).detach())
+
+        handle = self.layout.blocks[self.branch_index].register_forward_pre_hook(keep, with_kwargs=True)
+        try:
+            out = self.base_model.generate(*args, **kwargs)
+        finally:
+            handle.remove()
+        mask = kwargs.get("attention_mask")
+        kept = sum(s.shape[1] for s in steps)  # one forward per fed position: the prompt, then N - 1 tokens
+        if steps and all(s.shape[0] == out.shape[0] for s in steps) and kept == out.shape[1] - 1:
+            self._sampled = (out, mask if mask is not None else torch.ones_like(kwargs["input_ids"]), torch.cat(steps, dim=1))
+        return out
+
+    def sampled_trunk(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> BranchInput | None:
+        """The trunk of the last ``generate``'s samples (one use), if ``input_ids`` are those
+        samples: the same prompts (same left padding) and responses cut from what was sampled.
+        The position after the last fed token (never fed: sampling stops there) gets zeros,
+        which causal attention shows to no other position. None otherwise."""
+        sampled, self._sampled = getattr(self, "_sampled", None), None
+        if sampled is None:
+            return None
+        out, prompt_mask, hidden = sampled  # (B, Q + N), (B, Q), (B, Q + N - 1, H)
+        Q, T = prompt_mask.shape[1], input_ids.shape[1]
+        if input_ids.shape[0] != out.shape[0] or not Q <= T <= out.shape[1] or hidden.shape[1] < T - 1:
+            return None
+        real = attention_mask.bool()
+        same = torch.equal(attention_mask[:, :Q], prompt_mask.to(attention_mask.dtype)) and torch.equal(
+            input_ids[real], out[:, :T].to(input_ids.device)[real])
+        if not same:
+            return None
+        hidden = hidden[:, :T]
+        if hidden.shape[1] < T:
+            hidden = torch.cat([hidden, hidden.new_zeros(hidden.shape[0], T - hidden.shape[1], hidden.shape[2])], dim=1)
+        return self.cached_trunk(hidden, input_ids, attention_mask)
 
     # --- saving ---------------------------------------------------------------------------
 
