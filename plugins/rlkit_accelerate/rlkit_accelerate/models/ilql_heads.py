@@ -61,6 +61,13 @@ class ILQLHeads(nn.Module):
         target_qs = tuple(head(actions) for head in self.target_q_heads)
         return qs, target_qs, self.v_head(states)
 
+    def decode(self, hidden: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """What Q-guided sampling reads at the last position only: target Qs (each [B, 1, V])
+        and V [B, 1, 1] from hidden [B, T, H]; the online Q heads, which sampling never
+        reads, are not run."""
+        last = hidden[:, -1:]  # [B, 1, H]
+        return tuple(head(last) for head in self.target_q_heads), self.v_head(last)
+
     def sync_target_q_heads(self, alpha: float | None = None) -> None:
         """target <- alpha * q + (1 - alpha) * target (trlX: alpha weighs the online heads)."""
         alpha = self.alpha if alpha is None else alpha
@@ -157,7 +164,15 @@ class CausalLMWithILQLHeads(nn.Module):
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
         return ILQLOutput(out.logits, qs, target_qs, vs, out.past_key_values if use_cache else None)
 
-    _heads_forward = forward  # generation's forward, kept when a subclass (trlX's API) redefines forward
+    _heads_forward = forward  # the heads' forward, kept when a subclass (trlX's API) redefines forward
+
+    def _decode_forward(self, input_ids, attention_mask, position_ids, past_key_values) -> ILQLOutput:
+        """One decoding step: the LM logits, target Qs and V at the last position only."""
+        with capture_head_input(self.layout.lm_head) as captured:
+            out = self.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                  past_key_values=past_key_values, use_cache=True)
+        target_qs, vs = self.ilql_heads.decode(captured["hidden"])
+        return ILQLOutput(out.logits[:, -1:], (), target_qs, vs, out.past_key_values)
 
     def sync_target_q_heads(self, alpha: float | None = None) -> None:
         self.ilql_heads.sync_target_q_heads(alpha)
@@ -189,7 +204,7 @@ class CausalLMWithILQLHeads(nn.Module):
         samples, step_ids, cache = input_ids, input_ids, None
         finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)  # [B]
         for _ in range(max_new_tokens):
-            out = self._heads_forward(step_ids, attention_mask, position_ids, past_key_values=cache, use_cache=True)
+            out = self._decode_forward(step_ids, attention_mask, position_ids, cache)
             cache = out.past_key_values
             next_ids, finished = q_guided_step(out, samples[:, -1], finished, eos_ids, pad_token_id, beta=beta,
                                                top_k=top_k, temperature=temperature, logit_mask=logit_mask)
