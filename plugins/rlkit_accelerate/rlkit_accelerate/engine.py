@@ -27,6 +27,7 @@ from rlkit_methods.loop.batching import split_microbatches
 
 from rlkit_accelerate import assets
 from rlkit_accelerate.build import build_model, is_seq2seq
+from rlkit_accelerate.kernels import fuse_activations
 from rlkit_accelerate.forwards import ilql_forward, response_forward, tokens_forward
 from rlkit_accelerate.models.adapters import save_base_model, virtual_tokens
 from rlkit_accelerate.optim import make_optimizer, make_scheduler
@@ -84,6 +85,7 @@ class AccelerateEngine:
         set_seed(config.train.seed)  # before the model: a model built from a config is the same everywhere
         self.tokenizer = load_tokenizer(config.tokenizer, assets.resolve)
         self.model = self.opt = self.scheduler = None
+        self._unwrapped = None  # (wrapper, unwrapped model)
         self.virtual_tokens = 0
 
     # --- facts -------------------------------------------------------------------------------
@@ -98,7 +100,11 @@ class AccelerateEngine:
 
     @property
     def unwrapped_model(self) -> torch.nn.Module:
-        return self.accelerator.unwrap_model(self.model)  # never reach through the DDP wrapper
+        # never reach through the DDP wrapper; accelerate's unwrap_model costs ~10 ms a call
+        # (package metadata look-ups, a walk over the modules), so it runs once per wrapper
+        if self._unwrapped is None or self._unwrapped[0] is not self.model:
+            self._unwrapped = (self.model, self.accelerator.unwrap_model(self.model))
+        return self._unwrapped[1]
 
     @property
     def decoder_start_token_id(self) -> int:
@@ -111,6 +117,7 @@ class AccelerateEngine:
         self.spec = spec
         with whole_model_construction(self.accelerator):
             model = build_model(config, spec)
+        fuse_activations(model)  # gelu_new as one kernel: the same math, ~10% off a small GPT-2's step
         self.virtual_tokens = virtual_tokens(model) if spec.heads == "lm" else 0
         model.to(self.device)
         self.opt = make_optimizer(config.optimizer.name, config.optimizer.kwargs, model.parameters())
@@ -169,7 +176,8 @@ class AccelerateEngine:
         """One optimizer step over ``items`` in micro-batches of ``train.minibatch_size``."""
         check_forward_kind(kind)
         acc = self.accelerator
-        self.model.train()  # dropout on while learning (trlX trained in eval mode)
+        if not self.model.training:  # evaluating() and the models' own toggles restore the whole tree
+            self.model.train()  # dropout on while learning (trlX trained in eval mode)
         micro = split_microbatches(list(items), self.batch_sizes()[1])
         stats_sum: dict[str, float] = {}
         forward_time = backward_time = 0.0
