@@ -26,6 +26,10 @@ def main() -> None:
     from rlkit_core.api import max_prompt_length
     from rlkit_core.run import train_from_config
     from rlkit_methods.rewards.randomwalks import random_walks
+    # imported before the clock, as the trlX worker imports trlx (its trainers, transformers,
+    # accelerate) before its clock: both sides' train() then time the run, not module imports
+    import rlkit_accelerate.trainers  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  (trlx's modules import both)
 
     overrides = {**spec["walks"]["overrides"].get(case, {}), "train.checkpoint_dir": tempfile.mkdtemp(prefix="rlkit-bench-walks-")}
     config = load_config(METHODS_PATH(case), overrides)
