@@ -85,11 +85,24 @@ def main(out: Path, methods: list[str], pp: int = 1) -> None:
         say(f"{name} best: { {k: max(e[k] for e in evals) for k in keys} }")
 
 
-if __name__ == "__main__":
-    args = sys.argv[2:]
-    pp = 1
+def parse_args(argv: list[str]) -> tuple[Path, list[str], int]:
+    """OUT [method ...] [--pp N]; -h/--help prints the usage, anything else unknown is one line."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        raise SystemExit(0 if argv else 2)
+    out, args, pp = argv[0], argv[1:], 1
     if "--pp" in args:
         at = args.index("--pp")
+        if at + 1 >= len(args) or not args[at + 1].isdigit():
+            raise SystemExit("randomwalks.py: --pp needs a number of pipeline stages, e.g. --pp 2")
         pp = int(args[at + 1])
         del args[at:at + 2]
-    main(Path(sys.argv[1]), args or ["ilql", "sft", "ppo"], pp)
+    unknown = [a for a in [out, *args] if a.startswith("-")] + [a for a in args if a not in TRAINERS]
+    if unknown:
+        raise SystemExit(f"randomwalks.py: unknown argument {unknown[0]!r}; usage: OUT [{'] ['.join(TRAINERS)}] [--pp N]")
+    return Path(out), args, pp
+
+
+if __name__ == "__main__":
+    out, methods, pp = parse_args(sys.argv[1:])
+    main(out, methods or ["ilql", "sft", "ppo"], pp)
