@@ -15,7 +15,7 @@ from __future__ import annotations
 import tempfile
 
 from grpo_common import completions_per_step, distinct_words, split_variant
-from harness import PhaseTimer, cuda_peak_bytes, grad_phase, peak_rss_bytes, read_spec, setup_torch, worker_args, write_result
+from harness import PhaseTimer, cuda_peak_bytes, grad_phase, read_spec, rollout_then_learn, setup_torch, worker_args, write_result
 
 UNFROZEN = {"k2": 2, "all": -1}  # model.num_layers_unfrozen
 
@@ -99,13 +99,7 @@ def main() -> None:
     trainer.save = lambda *a, **k: None  # learn() checkpoints at its last step: disk, not GRPO
 
     rows = completions_per_step(spec["grpo"])
-    peaks = {"load": peak_rss_bytes()}  # where the process's peak memory is reached
-    with timer.section("rollout/other"):  # what make_experience does besides the wrapped calls
-        trainer.make_experience(rows)
-    peaks["rollout"] = peak_rss_bytes()
-    with timer.section("train/other"):
-        trainer.learn()
-    peaks["train"] = peak_rss_bytes()
+    peaks = rollout_then_learn(timer, lambda: trainer.make_experience(rows), trainer.learn)
 
     records = read_metrics(trainer.logging_dir)
     train = [r for r in records if r["kind"] == "train"]

@@ -158,6 +158,20 @@ def grad_phase(rollout: str, train: str) -> Callable[..., str]:
     return choose
 
 
+def rollout_then_learn(timer, rollout: Callable[[], Any], learn: Callable[[], Any]) -> dict[str, int]:
+    """One rollout phase and one update under the timer's ``rollout/other`` and ``train/other``
+    sections (what the wrapped calls leave out); the process's peak RSS after loading, after
+    the rollout and after the update (where the peak is reached)."""
+    peaks = {"load": peak_rss_bytes()}
+    with timer.section("rollout/other"):
+        rollout()
+    peaks["rollout"] = peak_rss_bytes()
+    with timer.section("train/other"):
+        learn()
+    peaks["train"] = peak_rss_bytes()
+    return peaks
+
+
 def peak_rss_bytes() -> int:
     """This process's peak resident memory since it started its program.
 

@@ -14,7 +14,7 @@ import contextlib
 import tempfile
 from pathlib import Path
 
-from harness import PhaseTimer, cuda_peak_bytes, peak_rss_bytes, grad_phase, read_spec, setup_torch, worker_args, write_result
+from harness import PhaseTimer, cuda_peak_bytes, grad_phase, read_spec, rollout_then_learn, setup_torch, worker_args, write_result
 
 VARIANTS = {"k2": 2, "all": -1}  # model.num_layers_unfrozen
 
@@ -102,14 +102,8 @@ def main() -> None:
     timer.wrap(trainer.opt, "step", "train/optimizer")
     trainer.save = lambda *a, **k: None  # learn() checkpoints at its last step: disk, not PPO
 
-    peaks = {"load": peak_rss_bytes()}  # where the process's peak memory is reached
     with operator_profile(spec, args.out) as profiled:
-        with timer.section("rollout/other"):  # what make_experience does besides the wrapped calls
-            trainer.make_experience(spec["ppo"]["batch_size"])
-        peaks["rollout"] = peak_rss_bytes()
-        with timer.section("train/other"):
-            trainer.learn()
-        peaks["train"] = peak_rss_bytes()
+        peaks = rollout_then_learn(timer, lambda: trainer.make_experience(spec["ppo"]["batch_size"]), trainer.learn)
 
     records = read_metrics(trainer.logging_dir)
     train = [r for r in records if r["kind"] == "train"]
