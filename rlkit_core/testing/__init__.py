@@ -41,6 +41,18 @@ def _use_host(host: PluginHost):
         set_host(previous)
 
 
+def pytest_configure(config):
+    """Ctrl-C does in every test what it does in a terminal. A suite started in the background
+    by a non-interactive shell (``cmd &``, nohup, some CI runners) inherits SIGINT ignored:
+    Python then installs no KeyboardInterrupt handler and the processes the tests start inherit
+    the ignore, so the tests of rlkit's Ctrl-C handling would see nothing. Python's handler is
+    put back (a process started from here gets the default again at exec)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture
 def rlkit_host():
     """A fresh host with the installed plugins, made the process-wide host for this test."""
