@@ -1,12 +1,14 @@
 """`config validate` warns about a model_path folder that is not there, and the examples that
 start from another run's model say which command makes it."""
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from rlkit_core.cli import main
+from rlkit_core.preflight import looks_like_a_folder
 from rlkit_core.testing import config_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,18 +39,35 @@ def test_a_missing_model_folder_is_a_warning_not_an_error(fake_host, capsys, tmp
         assert code == 0 and "warning" not in err
 
 
-@pytest.mark.parametrize("example, sft", [
-    ("ppo_randomwalks.yml", "sft_randomwalks.yml"),
-    ("ppo_lora_randomwalks.yml", "sft_randomwalks.yml"),
-    ("ppo_t5_randomwalks.yml", "sft_t5_randomwalks.yml"),
-])
-def test_examples_that_need_the_sft_model_say_how_to_make_it(example, sft, rlkit_host, capsys, tmp_path, monkeypatch):
-    text = (ROOT / "examples" / "randomwalks" / example).read_text()
+def examples_from_another_run() -> list[Path]:
+    """Every shipped example whose model_path is a folder another run writes."""
+    found = []
+    for path in sorted((ROOT / "examples").rglob("*.yml")):
+        if "plugin_template" in path.parts:
+            continue
+        model_path = (yaml.safe_load(path.read_text()).get("model") or {}).get("model_path")
+        if isinstance(model_path, str) and looks_like_a_folder(model_path):
+            found.append(path)
+    return found
+
+
+def test_the_examples_from_another_run_are_found():
+    names = {p.name for p in examples_from_another_run()}
+    assert {"ppo_randomwalks.yml", "ppo_lora_randomwalks.yml", "ppo_t5_randomwalks.yml", "rft_randomwalks.yml",
+            "grpo_randomwalks.yml", "rloo_randomwalks.yml"} <= names
+
+
+@pytest.mark.parametrize("example", examples_from_another_run(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_examples_that_need_another_runs_model_say_how_to_make_it(example, rlkit_host, capsys, tmp_path, monkeypatch):
+    text = example.read_text()
     model_line = next(line for line in text.splitlines() if line.strip().startswith("model_path:"))
-    assert f"# made by: rlkit run examples/randomwalks/{sft}" in model_line
-    # the SFT config writes the folder the PPO config reads
-    sft_dir = yaml.safe_load((ROOT / "examples" / "randomwalks" / sft).read_text())["train"]["checkpoint_dir"]
-    assert yaml.safe_load(text)["model"]["model_path"].startswith(sft_dir + "/")
+    made_by = re.search(r"# made by: rlkit run (\S+\.yml)\s*$", model_line)
+    assert made_by, f"{example.name}: the model_path line names no command: {model_line!r}"
+    # the named config writes the folder this one reads: its last checkpoint's HF export
+    train = yaml.safe_load((ROOT / made_by.group(1)).read_text())["train"]
+    assert train["total_steps"] % train["checkpoint_interval"] == 0, made_by.group(1)
+    written = f"{train['checkpoint_dir']}/checkpoint_{train['total_steps']}/hf_model"
+    assert yaml.safe_load(text)["model"]["model_path"] == written
     monkeypatch.chdir(tmp_path)  # a fresh clone: no ckpts/ yet
-    code, err = validate(capsys, ROOT / "examples" / "randomwalks" / example)
+    code, err = validate(capsys, example)
     assert code == 0 and "warning: model.model_path 'ckpts/" in err, err
