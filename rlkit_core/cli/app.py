@@ -23,7 +23,7 @@ err_console = Console(stderr=True)
 
 app = typer.Typer(
     name="rlkit",
-    help="Fine-tune language models with reinforcement learning (PPO, ILQL, SFT).",
+    help="Fine-tune language models with reinforcement learning (PPO, GRPO, ILQL, SFT, ... as the installed plugins provide).",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion, as typer apps have
     pretty_exceptions_enable=False,
@@ -53,7 +53,7 @@ def _options(
         False, "--version", "-V", is_eager=True, callback=_version_callback, help="Print rlkit's version and exit."
     ),
 ) -> None:
-    """Fine-tune language models with reinforcement learning (PPO, ILQL, SFT)."""
+    """Fine-tune language models with reinforcement learning (PPO, GRPO, ILQL, SFT, ... as the installed plugins provide)."""
 
 
 def _load(config: Path, sets: Optional[List[str]], plugin_files: Optional[List[Path]]):
