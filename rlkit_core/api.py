@@ -22,6 +22,7 @@ import attrs
 from rlkit_core.config import TRLConfig
 from rlkit_core.errors import ConfigError, RegistryError
 from rlkit_core.plugins import get_host
+from rlkit_core.preflight import preflight
 from rlkit_core.registry import MethodSpec, Registry, TrainerSpec, load_target
 
 MODE_ARGUMENTS = {
@@ -66,7 +67,9 @@ def train(
         if rewards is not None and samples is not None and len(samples) != len(rewards):
             raise ConfigError(f"rewards: got {len(rewards)} rewards for {len(samples)} samples; give one per sample")
 
-        max_prompt_length(config)  # fail before a model is loaded
+        # fail before a model is loaded, on what `rlkit config validate` refuses
+        preflight(config, registry, host.hook)
+        max_prompt_length(config)
         if prompts is not None and len(prompts) == 0:
             raise ConfigError("prompts: the list is empty; give at least one prompt, or leave prompts out to start from BOS")
         trainer_cls = load_target(resolve_trainer(config, method, registry).target, what="trainer")

@@ -1,5 +1,6 @@
 """What a run would refuse, found before a model is loaded: ``rlkit config validate`` runs it,
-and ``rlkit run`` runs it before training.
+``rlkit run`` runs it before it loads data, and ``train()`` runs it before it builds a trainer
+(a config handed to the Python API is refused as ``validate`` refuses it).
 
 The schema (:mod:`rlkit_core.config`) checks each value alone; this checks what needs more:
 generation lengths against ``seq_length``, sizes with no meaning, the trainer against the
@@ -11,9 +12,11 @@ mapping against transformers' config class of its ``model_type``, ``gen_kwargs``
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from rlkit_core.config import TRLConfig
 from rlkit_core.errors import ConfigError, PluginError, RlkitError
@@ -23,6 +26,34 @@ from rlkit_core.errors import ConfigError, PluginError, RlkitError
 # pass overflow the int32 indexing of many kernels (and 8 GiB per float of hidden size).
 MAX_SEQUENCES_PER_STEP = 2**20
 MAX_TOKENS_PER_FORWARD = 2**31
+
+log = logging.getLogger(__name__)
+_CHECKED: list[TRLConfig] = []  # configs `rlkit run` checked and is training now (train() skips them)
+
+
+def preflight(config: TRLConfig, registry: Any, hook: Any = None, warn: Callable[[str], None] | None = None) -> TRLConfig:
+    """Every problem of :func:`check_config` as one :class:`ConfigError` (a line each), then each
+    line of :func:`warnings_for` to ``warn`` (a logging warning by default); returns ``config``.
+    A config inside :func:`checked` was checked already and is returned unchecked."""
+    if any(config is seen for seen in _CHECKED):
+        return config
+    problems = check_config(config, registry, hook)
+    if problems:
+        raise ConfigError(problems)
+    for line in warnings_for(config):
+        (warn or log.warning)(line)
+    return config
+
+
+@contextlib.contextmanager
+def checked(config: TRLConfig) -> Iterator[TRLConfig]:
+    """``config`` passed :func:`preflight` (``rlkit run`` checks before loading data): the
+    ``train()`` inside this block does not check it again or repeat its warnings."""
+    _CHECKED.append(config)
+    try:
+        yield config
+    finally:
+        _CHECKED.pop(next(i for i, seen in enumerate(_CHECKED) if seen is config))
 
 
 def check_config(config: TRLConfig, registry: Any, hook: Any = None) -> list[str]:

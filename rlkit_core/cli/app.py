@@ -73,17 +73,14 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_smollm2.
 
 def _preflight(resolved):
     """What the run would refuse before loading a model (:mod:`rlkit_core.preflight`), and warnings."""
-    from rlkit_core.errors import ConfigError
     from rlkit_core.plugins import get_host
-    from rlkit_core.preflight import check_config, warnings_for
+    from rlkit_core.preflight import preflight
+
+    def warn(line: str) -> None:
+        err_console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
 
     host = get_host()
-    problems = check_config(resolved, host.registry, host.hook)
-    if problems:
-        raise ConfigError(problems)
-    for line in warnings_for(resolved):
-        err_console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
-    return resolved
+    return preflight(resolved, host.registry, host.hook, warn=warn)
 
 
 @app.command()
@@ -103,9 +100,11 @@ def run(
             raise ConfigError(f"no CONFIG given and the main job's config {DEFAULT_CONFIG} is missing; reinstall rlkit-core or pass a config file")
         config = DEFAULT_CONFIG
     from rlkit_core.cli.output import show_rlkit_logs
+    from rlkit_core.preflight import checked
 
     show_rlkit_logs()  # e.g. "converting ... once": a first run is otherwise silent for a minute
-    train_from_config(_preflight(_load(config, set_, plugin)))
+    with checked(_preflight(_load(config, set_, plugin))) as resolved:  # before its data is loaded
+        train_from_config(resolved)
 
 
 @app.command()

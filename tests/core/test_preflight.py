@@ -81,3 +81,55 @@ def test_a_reward_function_whose_module_does_not_exist(fake_host, capsys, tmp_pa
     code, lines = validate(capsys, tmp_path, data=data)
     assert code == 2 and lines == ["error: reward.function: module 'my_rewadrs' not found (from 'my_rewadrs:score'); "
                                    "check the name, or make it importable (PYTHONPATH, pip install)"]
+
+
+@pytest.mark.parametrize(
+    "sections, expected",
+    [
+        ({"method": {"gen_kwargs": {"max_new_tokens": -5}}}, "method.gen_kwargs.max_new_tokens: must be a whole number > 0, got -5"),
+        ({"train": {"batch_size": 10**9}}, "train.batch_size: 1000000000 sequences per step and process fit no device"),
+        ({"train": {"minibatch_size": 8, "batch_size": 4}}, "train.minibatch_size: 8 is larger than train.batch_size 4"),
+    ],
+    ids=["negative max_new_tokens", "huge batch_size", "minibatch > batch"],
+)
+def test_train_refuses_what_validate_refuses_before_building_a_trainer(fake_host, capsys, tmp_path, monkeypatch, sections, expected):
+    from rlkit_core import train
+    from rlkit_core.testing import FakeTrainer, constant_reward
+
+    built = []
+    monkeypatch.setattr(FakeTrainer, "__init__", lambda self, **kwargs: built.append(kwargs))
+    data = config_dict(reward="constant")
+    for name, values in sections.items():
+        data[name].update(values)
+    with pytest.raises(ConfigError) as error:
+        train(reward_fn=constant_reward(), prompts=["a"], config=TRLConfig.from_dict(data))
+    assert error.value.errors[0].startswith(expected) and not built  # refused before a trainer (a model) is built
+    code, lines = validate(capsys, tmp_path, data=data)
+    assert code == 2 and lines == [f"error: {line}" for line in error.value.errors]  # the same lines as validate
+
+
+def test_trust_remote_code_warns_once_from_train_and_from_rlkit_run(fake_host, capsys, tmp_path):
+    import logging
+
+    from rlkit_core import train
+    from rlkit_core.testing import constant_reward
+
+    data = config_dict(reward="constant", model={"model_path": "fake-model", "trust_remote_code": True,
+                                                 "model_extra_configs": {"trust_remote_code": True}})
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logger = logging.getLogger("rlkit_core.preflight")  # its own handler: `rlkit run` stops propagation to the root
+    logger.addHandler(handler)
+    try:
+        trainer = train(reward_fn=constant_reward(), prompts=["a"], config=TRLConfig.from_dict(data))
+    finally:
+        logger.removeHandler(handler)
+    assert trainer.steps == 4
+    assert [r.getMessage()[:60] for r in records] == ["model.trust_remote_code: true runs Python code shipped with "]
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(data))
+    capsys.readouterr()
+    assert main(["run", str(path)]) == 0
+    shown = [line for line in capsys.readouterr().err.splitlines() if "trust_remote_code" in line]
+    assert len(shown) == 1 and shown[0].startswith("warning: model.trust_remote_code: true"), shown  # not again from train()

@@ -50,3 +50,16 @@ def test_an_inline_model_mapping_with_right_keys_and_aliases_passes(rlkit_host, 
 def test_every_example_passes_the_checks(path, rlkit_host):
     config = load_config(path)
     assert check_config(config, rlkit_host.registry, rlkit_host.hook) == []
+
+
+def test_train_from_python_refuses_a_typo_in_an_inline_model_mapping_before_loading(rlkit_host, tmp_path):
+    """The Python API runs the same checks: a misspelled field trained another model (n_layr ignored)."""
+    from rlkit_core import train
+    from rlkit_core.errors import ConfigError
+
+    config = load_config(SFT, {"model.model_path": {"model_type": "gpt2", "n_layr": 1, "vocab_size": 23},
+                               "train.checkpoint_dir": str(tmp_path / "ckpts")})
+    with pytest.raises(ConfigError) as error:
+        train(samples=["ab"] * 8, config=config)
+    assert error.value.errors == ["model.model_path.n_layr: not a field of GPT2Config (gpt2); did you mean n_layer?"]
+    assert not (tmp_path / "ckpts").exists()  # refused before the trainer claimed a folder or built a model
