@@ -60,7 +60,11 @@ def test_two_ppo_steps_on_real_smollm2(tmp_path, capsys):
     assert [len(s["samples"]) for s in samples] == [2, 2]
     assert [r["prompt"] for r in samples[0]["samples"]] == [r["prompt"] for r in samples[1]["samples"]]
     assert (tmp_path / "report.png").is_file()
-    assert "The same eval prompts, before and after" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "The same eval prompts, before and after" in err
+    # progress lines (stderr is not a terminal here) carry evaluation 0's reward from the first
+    first = next(line for line in err.splitlines() if line.startswith("progress: "))
+    assert first.startswith(f"progress: step 0/2 (0%) | start | reward {evals[0]['reward/mean']:.4g} | elapsed "), first
     hf_model = tmp_path / "checkpoint_2" / "hf_model"
     from transformers import AutoModelForCausalLM
 

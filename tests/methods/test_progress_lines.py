@@ -36,6 +36,28 @@ def test_off_a_terminal_progress_prints_plain_lines(capsys):
     assert last.endswith("ETA 0:00") and "sqrt_kl" not in last
 
 
+def test_the_evaluation_before_the_first_step_is_shown_from_the_first_line(capsys):
+    """Evaluation 0 runs before the progress display starts: its reward is on every line until
+    the next evaluation (the main job's first 40 steps showed no reward)."""
+    with progress(4, 0, enabled=True, stats={"reward/mean": 0.09314, "time/evaluate": 3.0}) as bar:
+        bar.show_phase("rollout")
+        bar.update(4, {"losses/total_loss": 1.5})
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("progress: step 0/4 (0%) | start | reward 0.09314 | elapsed ")
+    assert lines[1].startswith("progress: step 0/4 (0%) | rollout | reward 0.09314 | elapsed ")
+    assert lines[-1].startswith("progress: step 4/4 (100%) | train | reward 0.09314 | total_loss 1.5 | elapsed ")
+    assert "time" not in lines[0].split("elapsed")[0]
+
+
+def test_remember_keeps_values_without_printing():
+    out, clock = io.StringIO(), FakeClock()
+    lines = _Lines(10, 0, every_steps=1, stream=out, clock=clock)
+    lines.remember({"reward/mean": 0.5, "losses/loss": 2.0})
+    assert out.getvalue() == ""
+    lines.update(1, {})
+    assert lines_of(out) == ["progress: step 1/10 (10%) | train | reward 0.5 | loss 2 | elapsed 0:00 | ETA 0:00"]
+
+
 def test_other_processes_print_nothing(capsys):
     with progress(4, 0, enabled=False) as bar:
         bar.show_phase("rollout")

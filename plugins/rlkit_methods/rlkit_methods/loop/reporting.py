@@ -38,10 +38,14 @@ class _Bar:
         self.progress, self.task = progress, task
         self.latest: dict[str, str] = {}
 
-    def update(self, step: int, stats: dict[str, Any]) -> None:
+    def remember(self, stats: dict[str, Any]) -> None:
+        """Keep the latest reward and loss to show, without redrawing."""
         for key in ("reward/mean", "losses/total_loss", "losses/loss", "loss"):
             if key in stats:
                 self.latest["reward" if key == "reward/mean" else key.split("/")[-1]] = _fmt(stats[key])
+
+    def update(self, step: int, stats: dict[str, Any]) -> None:
+        self.remember(stats)
         self.show_phase("train", step)
 
     def show_phase(self, phase: str, step: int | None = None) -> None:
@@ -79,12 +83,16 @@ class _Lines:
         self.stopped = threading.Event()
         self.timer: threading.Thread | None = None
 
-    def update(self, step: int, stats: dict[str, Any]) -> None:
+    def remember(self, stats: dict[str, Any]) -> None:
+        """Keep the latest reward and losses for the next line, without printing one."""
         for key, value in stats.items():
             if key == "reward/mean":
                 self.latest["reward"] = _fmt(value)
             elif key.startswith("losses/") or key == "loss":
                 self.latest[key.split("/")[-1]] = _fmt(value)
+
+    def update(self, step: int, stats: dict[str, Any]) -> None:
+        self.remember(stats)
         self.step, self.phase = step, "train"
         if step - self.last_step >= self.every_steps or step >= self.total or self._quiet_for() >= self.every_seconds:
             self.write()
@@ -133,15 +141,18 @@ class _Lines:
 
 
 @contextmanager
-def progress(total: int, completed: int, *, enabled: bool) -> Iterator[_Bar | _Lines]:
+def progress(total: int, completed: int, *, enabled: bool, stats: dict[str, Any] | None = None) -> Iterator[_Bar | _Lines]:
     """The main process's progress: a rich bar on a terminal, plain lines elsewhere; nothing on
     the other processes, nor with ``RLKIT_PROGRESS=0`` (``rlkit_core.logging.disable_progress_bar``).
-    Both have ``update(step, stats)`` and ``show_phase(phase, step=None)``."""
+    Both have ``update(step, stats)``, ``remember(stats)`` and ``show_phase(phase, step=None)``;
+    ``stats`` (the evaluation before the first step) is shown from the first line on."""
     if not enabled or os.environ.get("RLKIT_PROGRESS", "1") == "0":
         yield _Bar(None, None)
         return
     if not sys.stderr.isatty():
-        lines = _Lines(total, completed).start()
+        lines = _Lines(total, completed)
+        lines.remember(stats or {})
+        lines.start()
         try:
             yield lines
         finally:
@@ -151,4 +162,7 @@ def progress(total: int, completed: int, *, enabled: bool) -> Iterator[_Bar | _L
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("training", total=total, completed=completed)
-        yield _Bar(bar, task)
+        shown = _Bar(bar, task)
+        shown.remember(stats or {})
+        shown.show_phase("start")
+        yield shown

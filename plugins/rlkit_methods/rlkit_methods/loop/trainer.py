@@ -253,7 +253,8 @@ class RLTrainer:
                 self.metrics_log.truncate_after(self.iter_count)
             else:
                 results = self.evaluate_with_callback()
-            with stop_on_signals() as self.stop, progress(self.total_steps, self.iter_count, enabled=self.is_main_process) as bar:
+            shown = progress(self.total_steps, self.iter_count, enabled=self.is_main_process, stats=results)
+            with stop_on_signals() as self.stop, shown as bar:  # the first line shows evaluation 0's reward
                 self.progress_bar = bar
                 return self._loop(bar) or results
         finally:
