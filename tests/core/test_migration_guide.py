@@ -3,6 +3,7 @@ its list of the config fields rlkit adds matches the schema."""
 
 import importlib
 import re
+import types
 from pathlib import Path
 
 import attrs
@@ -47,13 +48,42 @@ def resolve(path):
     raise ModuleNotFoundError(path)
 
 
-def test_the_table_covers_the_names_trlx_scripts_use():
-    trlx_names = {trlx for trlx, _, _ in import_table()}
-    assert len(trlx_names) == len(import_table()), "a trlX path is listed twice"
-    # the names trlX's randomwalks examples import, which the script tests rewrite with this table
-    assert {"trlx", "trlx.data.default_configs.TRLConfig", "trlx.data.default_configs.PPOConfig",
-            "trlx.data.default_configs.ILQLConfig", "trlx.trainer.accelerate_rft_trainer.RFTConfig",
-            "examples.randomwalks.generate_random_walks"} <= trlx_names
+# Every trlX name that trlX 0.7's own examples/ and tests/ import or read (commit 3340c2f: the
+# ``from trlx... import``/``import trlx...`` statements of their .py files, and the attributes
+# read through a module so imported, e.g. ``trlx.train``, ``utils.get_optimizer_class``).
+TRLX_USED = {
+    "": "trlx trlx.train trlx.utils trlx.utils.logging trlx.utils.modeling",
+    "examples.randomwalks": "generate_random_walks",
+    "trlx.data.configs": "ModelConfig OptimizerConfig SchedulerConfig TRLConfig TokenizerConfig TrainConfig",
+    "trlx.data.default_configs": "ILQLConfig ModelConfig OptimizerConfig PPOConfig SFTConfig SchedulerConfig TRLConfig "
+                                 "TokenizerConfig TrainConfig default_ilql_config default_nemo_1_3b_config "
+                                 "default_nemo_20b_config default_nemo_2b_config default_ppo_config default_sft_config",
+    "trlx.models.modeling_ilql": "AutoModelForCausalLMWithILQLHeads AutoModelForSeq2SeqLMWithILQLHeads ILQLBatch ILQLConfig "
+                                 "ILQLHeads batched_index_select",
+    "trlx.models.modeling_ppo": "AutoModelForCausalLMWithHydraValueHead AutoModelForCausalLMWithValueHead "
+                                "AutoModelForSeq2SeqLMWithHydraValueHead AutoModelForSeq2SeqLMWithValueHead PPOConfig",
+    "trlx.pipeline": "MiniBatchIterator",
+    "trlx.pipeline.offline_pipeline": "DialogMessage ILQLRolloutStorage ILQLSeq2SeqRolloutStorage PromptPipeline tokenize_dialogue",
+    "trlx.trainer.accelerate_ilql_trainer": "AccelerateILQLTrainer make_experience",
+    "trlx.trainer.accelerate_ppo_trainer": "AcceleratePPOTrainer",
+    "trlx.trainer.accelerate_rft_trainer": "RFTConfig",
+    "trlx.trainer.accelerate_sft_trainer": "AccelerateSFTTrainer",
+    "trlx.trainer.nemo_ilql_trainer": "ILQLGPT megatron_trainer",
+    "trlx.trainer.nemo_ppo_trainer": "PPOGPT megatron_trainer",
+    "trlx.utils": "OptimizerName SchedulerName get_optimizer_class get_scheduler_class",
+    "trlx.utils.loading": "get_pipeline get_trainer",
+    "trlx.utils.logging": "ERROR disable_progress_bar set_verbosity",
+    "trlx.utils.modeling": "RunningMoments hf_get_decoder hf_get_decoder_blocks hf_get_decoder_final_norm hf_get_hidden_size "
+                           "hf_get_lm_head hf_get_num_hidden_layers",
+}
+
+
+def test_the_table_covers_every_name_trlx_examples_and_tests_use():
+    trlx_names = [trlx for trlx, _, _ in import_table()]
+    assert len(set(trlx_names)) == len(trlx_names), "a trlX path is listed twice"
+    used = {f"{module}.{name}" if module else name for module, names in TRLX_USED.items() for name in names.split()}
+    assert len(used) == 69
+    assert sorted(used - set(trlx_names)) == []
 
 
 @pytest.mark.parametrize("trlx, rlkit, note", import_table(), ids=lambda v: v if isinstance(v, str) and v.startswith(("trlx", "examples")) else "")
@@ -62,9 +92,8 @@ def test_every_rlkit_path_in_the_table_imports(trlx, rlkit, note):
         assert note, f"{trlx}: a name without a counterpart needs a note saying what to use"
         return
     obj = resolve(rlkit)
-    last = trlx.rsplit(".", 1)[-1]
-    if last != "trlx":  # the same name as in trlX
-        assert rlkit.rsplit(".", 1)[-1] == last
+    if not isinstance(obj, types.ModuleType):  # a name keeps trlX's name; a module may not
+        assert rlkit.rsplit(".", 1)[-1] == trlx.rsplit(".", 1)[-1]
 
 
 # trlX 0.7's config fields (trlx/data/configs.py and the method configs), by section

@@ -24,7 +24,7 @@ def test_selecting_a_nemo_trainer_without_megatron_says_what_to_install(rlkit_ho
 
     monkeypatch.setitem(sys.modules, "megatron", None)  # import megatron.core -> ImportError
     monkeypatch.setitem(sys.modules, "megatron.core", None)
-    config = default_ilql_config().evolve(train=dict(trainer="NeMoILQLTrainer", trainer_kwargs={"megatron_cfg": "x.yaml"}))
+    config = default_ilql_config().evolve(train=dict(trainer="NeMoILQLTrainer", trainer_kwargs={"megatron_cfg": "megatron_tiny_cpu.yaml"}))
     with pytest.raises(ConfigError) as err:
         rlkit_core.train(samples=["ab", "cd"], rewards=[1.0, 0.0], config=config)
     message = str(err.value)

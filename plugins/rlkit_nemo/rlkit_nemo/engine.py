@@ -25,9 +25,8 @@ from rlkit_methods.data.tokenizers import load_tokenizer
 
 from rlkit_nemo import forwards, state
 from rlkit_nemo.lightning import require_megatron
-from rlkit_nemo.megatron_config import load_megatron_cfg, translate
+from rlkit_nemo.megatron_config import check_engine_kwargs, load_megatron_cfg, translate
 
-CONFIGS = Path(__file__).resolve().parent / "configs"
 
 
 def init_distributed() -> None:
@@ -47,12 +46,7 @@ class MegatronEngine:
     is_seq2seq = False
 
     def __init__(self, config, megatron_cfg: Any = None, pretrained_model: Any = None, **kwargs):
-        if kwargs:
-            raise ConfigError(f"train.trainer_kwargs.{sorted(kwargs)[0]}: not an argument of the NeMo engine; "
-                              f"it takes megatron_cfg and pretrained_model")
-        if megatron_cfg is None:
-            raise ConfigError(f"train.trainer_kwargs.megatron_cfg: missing; the NeMo engine needs a Megatron YAML "
-                              f"(examples: {', '.join(sorted(p.name for p in CONFIGS.glob('*.yaml')))} in {CONFIGS})")
+        check_engine_kwargs(dict(kwargs, megatron_cfg=megatron_cfg))
         require_megatron("the NeMo engine")
         from megatron.core import parallel_state as ps
 

@@ -142,14 +142,26 @@ def _one_of(value, allowed, where):
     return value
 
 
-def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None) -> dict[str, Any]:
+def check_engine_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """What the NeMo engine takes from ``train.trainer_kwargs`` (trlX's NeMo trainers' arguments):
+    ``megatron_cfg``, required, and ``pretrained_model``; a one-line ConfigError otherwise."""
+    unknown = sorted(set(kwargs) - {"megatron_cfg", "pretrained_model"})
+    if unknown:
+        raise ConfigError(f"train.trainer_kwargs.{unknown[0]}: not an argument of the NeMo engine; "
+                          f"it takes megatron_cfg and pretrained_model")
+    if kwargs.get("megatron_cfg") is None:
+        raise ConfigError(f"train.trainer_kwargs.megatron_cfg: missing; the NeMo engine needs a Megatron YAML "
+                          f"(examples: {', '.join(shipped_configs())} in {CONFIGS})")
+
+
+def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None, quiet: bool = False) -> dict[str, Any]:
     """The keyword arguments of each NeMo 2 object, by name: ``strategy``, ``precision``
     (None for fp32), ``trainer``, ``optimizer``, ``scheduler``, ``data``, ``logger``, and
     ``model`` (the model section in rlkit's keys, :mod:`rlkit_nemo.model_keys`, for
     :func:`rlkit_nemo.models.build.transformer_config`); ``warnings``: the settings turned off
     here, one line each (also logged). ``te``: whether Transformer Engine is usable (default:
     installed and not ``cpu``). On CPU, gradient clipping is off (megatron-core's clip asserts
-    CUDA tensors)."""
+    CUDA tensors). ``quiet``: return the warnings without logging them (a check, not a run)."""
     raw = load_megatron_cfg(cfg)
     unknown = sorted(set(raw) - {"name", "trainer", "model", "exp_manager", "restore_from_path"})
     if unknown:
@@ -182,7 +194,7 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None) ->
     _one_of(model.get("activations_checkpoint_granularity"), RECOMPUTE_GRANULARITY, "megatron_cfg.model.activations_checkpoint_granularity")
     _one_of(model.get("activations_checkpoint_method"), RECOMPUTE_METHOD, "megatron_cfg.model.activations_checkpoint_method")
     model, warnings = normalize_model(model, tp=tp, te=te_usable(cpu) if te is None else te)
-    for line in warnings:
+    for line in [] if quiet else warnings:
         if line not in _WARNED:  # once per process, however often a YAML is translated
             _WARNED.add(line)
             log.warning(line)

@@ -22,3 +22,11 @@ def rlkit_register_backends():
             description="NeMo 2 + megatron-core (tensor/pipeline/data parallel)",
         )
     ]
+
+
+@hookimpl
+def rlkit_check_config(config):
+    """The Megatron YAML of a config that runs on the NeMo engine, before a model is loaded."""
+    from rlkit_nemo.checks import check_config
+
+    return check_config(config)

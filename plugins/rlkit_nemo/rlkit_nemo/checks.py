@@ -1,0 +1,37 @@
+"""rlkit-nemo's part of ``rlkit config validate`` (the hook ``rlkit_check_config``): a config
+that runs on the NeMo engine names a Megatron YAML in ``train.trainer_kwargs.megatron_cfg``
+(trlX's NeMo trainers took it there too); what the engine would refuse in its arguments and
+that YAML (a ``trainer_kwargs`` key, a path not found, an interpolation that does not
+resolve, a section or value NeMo does not have, sizes Megatron cannot split) is reported
+before anything heavy loads. Pure Python, as :mod:`rlkit_nemo.megatron_config` is, so a
+config is checked where megatron-core is not installed too (a run there is refused by the
+trainer, with what to install)."""
+
+from __future__ import annotations
+
+from rlkit_core.errors import ConfigError
+
+from rlkit_nemo.megatron_config import check_engine_kwargs, load_megatron_cfg, translate
+
+
+def runs_on_nemo(config) -> bool:
+    """``train.backend: nemo``, or a trainer named ``NeMo<Method>Trainer`` (trlX's names and the
+    pairs the core makes)."""
+    return (config.train.backend or "").lower() == "nemo" or config.train.trainer.lower().startswith("nemo")
+
+
+def check_config(config) -> list[str]:
+    if not runs_on_nemo(config):
+        return []
+    kwargs = dict(config.train.trainer_kwargs or {})
+    try:
+        check_engine_kwargs(kwargs)
+        raw = load_megatron_cfg(kwargs["megatron_cfg"])
+        # the engine runs the YAML on the processes torchrun starts (it sets devices to the
+        # world size): checked here on the smallest world its TP x PP layout needs
+        raw["trainer"] = dict(raw.get("trainer") or {}, devices=None, num_nodes=1)
+        translate(raw, cpu=True, te=False, quiet=True)
+    except ConfigError as exc:
+        return list(exc.errors)
+    return []
+
