@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 from pathlib import Path
 
-from probe_bad_inputs import ROOT, accept_cli, refuse_cli
+from probe_bad_inputs import ROOT, accept_cli, refuse_call, refuse_cli
 
 EX = ROOT / "examples" / "randomwalks"
 SFT, PPO, ILQL = str(EX / "sft_randomwalks.yml"), str(EX / "ppo_randomwalks.yml"), str(EX / "ilql_randomwalks.yml")
@@ -106,6 +106,20 @@ def build(tmp: Path) -> list[tuple[str, object]]:
         add(f"preflight {key} ({Path(config).stem})", refuse_cli(validate(config, key), expect))
     add("preflight trust_remote_code at the top warns", accept_cli(
         validate(SFT, "model.trust_remote_code=true"), check=lambda lines: any(line.startswith("warning: model.trust_remote_code") for line in lines)))
+
+    # the same configs handed to the Python API: train() refuses them before building a trainer
+    # (before 15bf120 a typo in the inline model trained another model and a huge batch hung)
+    from rlkit_core import load_config, train
+    from rlkit_core.errors import ConfigError
+
+    for key, expect in [
+        ("model.model_path.n_layr=2", "did you mean n_layer"), ("method.gen_kwargs.max_new_tokens=-1", "must be a whole number > 0"),
+        ("train.batch_size=100000000", "fit no device"), ("train.minibatch_size=1000", "is larger than train.batch_size"),
+        ("method.gen_kwargs.do_smaple=true", "did you mean do_sample"), ("optimizer.kwargs.lr_rate=0.1", "AdamW has no such argument"),
+    ]:
+        sets = [key, f"train.checkpoint_dir={tmp / 'api-never'}"]
+        add(f"train() with {key}", refuse_call(lambda sets=sets: train(samples=["ab"] * 8, config=load_config(SFT, sets)),
+                                              expect, errors=(ConfigError,)))
 
     # --- 6. data, rewards, metrics named in the config -------------------------------------------
     for config, key, expect in [

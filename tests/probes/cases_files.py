@@ -70,6 +70,19 @@ def file_cases(tmp: Path) -> list[tuple[str, object]]:
 
     add("malicious pickle in a trainer state file", refuse_call(malicious_state, "trainer_state_0.pt"))
 
+    def malicious_engine_file(name: str, file: str):
+        def run():  # what accelerate's load_state does: weights_only=True, the file not named
+            folder = checkpoint(name)
+            torch.save({"state": {}, "evil": Boom()}, folder / file)
+            with read_errors(folder):
+                torch.load(folder / file, weights_only=True)
+            if Path("/tmp/rlkit-probe-pwned").exists():
+                raise AssertionError("code ran")
+        return refuse_call(run, f"{file}: refused")
+
+    add("malicious pickle in accelerate/optimizer.bin", malicious_engine_file("c6", "accelerate/optimizer.bin"))
+    add("malicious pickle in accelerate/pytorch_model.bin", malicious_engine_file("c7", "accelerate/pytorch_model.bin"))
+
     # --- 10. metrics log and report -------------------------------------------------------------------
     from rlkit_methods.loop.metrics_log import MetricsLog, read_metrics
     from rlkit_methods.loop.report import report

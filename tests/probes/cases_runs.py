@@ -92,7 +92,7 @@ def run_cases(tmp: Path) -> list[tuple[str, object]]:
             lines = [line for line in err.splitlines() if line.startswith("error:")]
             if proc.returncode != code_expected or len(lines) != 1:
                 return "unclear", f"exit {proc.returncode}: {lines[:2]}"
-            saved = sorted(p.name for p in folder.glob("checkpoint_*"))
+            saved = sorted((p.name for p in folder.glob("checkpoint_*")), key=lambda name: int(name.split("_")[1]))
             return "clear", f"exit {proc.returncode}; {lines[0][:120]}; checkpoints: {saved[-1:] or 'none'}"
         return probe
 

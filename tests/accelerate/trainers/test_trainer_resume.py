@@ -1,5 +1,6 @@
 """Exact resume, and atomic checkpoints under SIGKILL."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -81,3 +82,31 @@ def test_resume_from_a_missing_checkpoint_is_a_clear_error(tmp_path):
 
     with pytest.raises(RlkitError, match="no complete checkpoint"):
         run("sft", tmp_path, config_overrides=dict(train=dict(resume_from_checkpoint=str(tmp_path / "nothing"))))
+
+
+class Boom:
+    """A pickle that runs code when loaded: a shared checkpoint made to attack whoever resumes it."""
+
+    def __init__(self, mark):
+        self.mark = mark
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.mark}",))
+
+
+@pytest.mark.parametrize("planted", ["accelerate/optimizer.bin", "accelerate/pytorch_model.bin", "loop_state_0.pt"])
+def test_a_checkpoint_file_holding_code_is_refused_naming_it_and_nothing_runs(planted, tmp_path):
+    """accelerate's load_state reads with weights_only=True but does not say which file it refused,
+    and torch's message advises weights_only=False: the loop names the file and the call (issue 16, item 2)."""
+    from rlkit_core.errors import RlkitError
+
+    run("sft", tmp_path, config_overrides=dict(train=dict(total_steps=2, checkpoint_interval=2)))
+    checkpoint = tmp_path / "ckpts" / "checkpoint_2"
+    mark = tmp_path / "pwned"
+    torch.save({"state": {}, "evil": Boom(mark)}, checkpoint / planted)
+    with pytest.raises(RlkitError) as error:
+        run("sft", tmp_path, config_overrides=dict(train=dict(total_steps=4, checkpoint_interval=2,
+                                                              resume_from_checkpoint=str(checkpoint))))
+    assert str(error.value) == (f"{checkpoint / planted}: refused, it holds objects that need code to load (posix.system); "
+                                f"only load checkpoints written by rlkit")
+    assert not mark.exists()  # nothing ran

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import re
 import shutil
 from contextlib import contextmanager
@@ -19,12 +20,13 @@ from pathlib import Path
 from typing import Iterator
 
 from rlkit_core.errors import RlkitError
-from rlkit_methods.loop.state import rng_state, set_rng_state  # noqa: F401 (one implementation, kept importable from here)
+from rlkit_methods.loop.state import refused, rng_state, set_rng_state  # noqa: F401 (one implementation, kept importable from here)
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(\d+)$")
 COMPLETE_MARKER = "COMPLETE"
 TMP_PREFIX = ".tmp-"
 RLKIT_MARKER = ".rlkit-written"  # in every folder rlkit writes: clean-up touches only these
+TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")  # files torch.save writes in checkpoints
 
 
 def temporary_for(final: str | os.PathLike) -> Path:
@@ -169,20 +171,44 @@ def remove_stale_temporaries(parent: str | os.PathLike) -> None:
 
 @contextmanager
 def read_errors(directory: str | os.PathLike) -> Iterator[None]:
-    """Around loading a checkpoint: a failure caused by a truncated or damaged file names the
-    file in one line; any other failure (e.g. a model that does not fit) passes unchanged."""
+    """Around loading a checkpoint: a failure caused by a truncated or damaged file, or by a
+    file that holds code (refused by ``weights_only`` loading), names the file in one line;
+    any other failure (e.g. a model that does not fit) passes unchanged."""
     directory = Path(directory)
     try:
         yield
     except RlkitError:
         raise
     except Exception as exc:
+        holding_code = refusing_file(directory, exc) if isinstance(exc, pickle.UnpicklingError) else None
+        if holding_code is not None:
+            raise refused(holding_code, exc) from None
         damaged = damaged_files(directory)
         if not damaged:
             raise
         path, why = damaged[0]
         more = f" (and {len(damaged) - 1} more files)" if len(damaged) > 1 else ""
         raise RlkitError(f"{path}: {why}{more}; checkpoint {directory} cannot be loaded, resume from an earlier one") from exc
+
+
+def refusing_file(directory: str | os.PathLike, exc: Exception) -> Path | None:
+    """The file of a checkpoint whose ``weights_only`` load fails as ``exc`` did (an engine's
+    loader, e.g. accelerate's ``load_state``, does not say which file it was reading)."""
+    import torch
+
+    for path in sorted(Path(directory).rglob("*")):
+        if not path.is_file() or path.suffix not in TORCH_SUFFIXES:
+            continue
+        for mmap in (True, False):  # mmap: the pickle is checked without reading the tensors
+            try:
+                torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            except pickle.UnpicklingError as other:
+                if str(other) == str(exc):
+                    return path
+            except Exception:  # noqa: BLE001 - not this file's refusal (an old format needs mmap off)
+                continue
+            break
+    return None
 
 
 def damaged_files(directory: str | os.PathLike) -> list[tuple[Path, str]]:
@@ -216,7 +242,7 @@ def _damage(path: Path) -> str | None:
                 header = json.loads(handle.read(length))
             end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
             return f"truncated ({size} bytes of {8 + length + end})" if 8 + length + end > size else None
-        if path.suffix in (".bin", ".pt", ".pth", ".pkl", ".ckpt"):
+        if path.suffix in TORCH_SUFFIXES:
             if not zipfile.is_zipfile(path):
                 return f"truncated or not a torch file ({size} bytes, no zip directory at its end)"
             with zipfile.ZipFile(path) as archive:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +47,19 @@ def read_state(path: str | Path) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise RlkitError(f"{path}: refused, it holds objects that need code to load ({str(exc).splitlines()[0][:160]}); "
-                         f"only load checkpoints written by rlkit") from None
+        raise refused(path, exc) from None
     except (RuntimeError, EOFError) as exc:
         raise RlkitError(f"{path}: unreadable ({str(exc).splitlines()[0][:160]}); the file is truncated or damaged, "
                          f"resume from another checkpoint") from None
+
+
+def refused(path: str | Path, exc: Exception) -> RlkitError:
+    """One line for a file that ``weights_only`` loading refused: the file and what it would have
+    called (torch's own message ends by suggesting ``weights_only=False``, which runs it)."""
+    called = re.search(r"GLOBAL ([\w.]+)", str(exc))
+    what = called.group(1) if called else (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+    return RlkitError(f"{path}: refused, it holds objects that need code to load ({what}); "
+                      f"only load checkpoints written by rlkit")
 
 
 def rng_state() -> dict[str, Any]:
