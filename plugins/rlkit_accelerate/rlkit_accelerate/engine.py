@@ -30,6 +30,7 @@ from rlkit_accelerate.build import build_model, is_seq2seq
 from rlkit_accelerate.kernels import fuse_activations
 from rlkit_accelerate.forwards import ilql_forward, response_forward, tokens_forward
 from rlkit_accelerate.models.adapters import save_base_model, virtual_tokens
+from rlkit_accelerate.models.shared_prompts import generate_sharing_prompts
 from rlkit_accelerate.optim import make_optimizer, make_scheduler
 from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly
 from rlkit_accelerate.sharding import (
@@ -153,7 +154,7 @@ class AccelerateEngine:
                     gen_kwargs.setdefault("logit_mask", guidance.logit_mask)
                 gen_kwargs.setdefault("beta", guidance.beta)
                 return model.generate(input_ids, attention_mask, **gen_kwargs).cpu()
-            out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+            out = generate_sharing_prompts(model, input_ids, attention_mask, **gen_kwargs)
         if self.spec.heads == "lm" and self.is_seq2seq:
             # the decoder's output starts with its start token: prompt + new tokens, as for causal LMs
             out = torch.cat([input_ids, out[:, 1:]], dim=1)

@@ -40,6 +40,13 @@ from rlkit_accelerate.models.blocks import (
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import Branch, freeze_trunk, hydra_reference, make_head
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
+from rlkit_accelerate.models.shared_prompts import (
+    generate_sharing_prompts,
+    one_path,
+    plain_causal_lm,
+    prompt_groups,
+    response_logits_sharing_prompts,
+)
 
 
 @dataclass
@@ -190,6 +197,10 @@ class CausalLMWithValueHead(nn.Module):
         predicting each response token and values [B, R] of the states before them;
         ``trunk_hidden`` (see ``caches_trunk``) replaces running the frozen trunk."""
         if response_ids is not None:
+            if not return_hidden and trunk_hidden is None:
+                shared = self._response_logits_sharing_prompts(self.base_model, input_ids, attention_mask, response_ids, response_mask)
+                if shared is not None:
+                    return PolicyOutput(logits=shared, values=None)
             input_ids, attention_mask = _join(input_ids, attention_mask, response_ids, response_mask)
             if trunk_hidden is not None:
                 trunk = self.cached_trunk(trunk_hidden, input_ids, attention_mask)
@@ -207,6 +218,9 @@ class CausalLMWithValueHead(nn.Module):
         """Policy logits and values and reference logits over the response positions, with
         the frozen trunk run once for both (no reference logits for a model without one).
         ``policy=False`` skips the policy's top (the output then holds only ``trunk_hidden``)."""
+        shared = self._score_sharing_prompts(input_ids, attention_mask, response_ids, response_mask, policy)
+        if shared is not None:
+            return shared
         joined_ids, joined_mask = _join(input_ids, attention_mask, response_ids, response_mask)
         position_ids = position_ids_from_mask(joined_mask)
         trunk = self.sampled_trunk(joined_ids, joined_mask)
@@ -219,6 +233,35 @@ class CausalLMWithValueHead(nn.Module):
             return out, None
         reference = self.forward_reference(joined_ids, joined_mask, position_ids, trunk=trunk, keep=R + 1)
         return out, reference[:, -R - 1 : -1]
+
+    def shares_prompts(self) -> bool:
+        """Whether the response passes may run each distinct prompt once (shared_prompts.py):
+        every block trainable, logits only (no value head to read every position), the LM and
+        its reference (a separate copy) plain causal HF models."""
+        return (self.branch_index == 0 and self.v_head is None and self.value_branch is None
+                and not self.uses_adapters and plain_causal_lm(self.base_model))
+
+    def _response_logits_sharing_prompts(self, lm, query, query_mask, response, response_mask) -> torch.Tensor | None:
+        if query_mask is None or response_mask is None or not self.shares_prompts():
+            return None
+        groups = prompt_groups(query, query_mask)
+        if groups is None:
+            return None
+        return response_logits_sharing_prompts(lm, query, query_mask, response, response_mask, groups)
+
+    def _score_sharing_prompts(self, query, query_mask, response, response_mask, policy: bool):
+        """score_rollout's outputs with each distinct prompt run once; None where not shared."""
+        reference = None
+        if self.reference is not None:
+            reference = self._response_logits_sharing_prompts(self.reference, query, query_mask, response, response_mask)
+            if reference is None:
+                return None
+        logits = None
+        if policy:
+            logits = self._response_logits_sharing_prompts(self.base_model, query, query_mask, response, response_mask)
+            if logits is None:
+                return None
+        return PolicyOutput(logits=logits, values=None), reference
 
     @torch.no_grad()
     def forward_reference(
@@ -267,10 +310,10 @@ class CausalLMWithValueHead(nn.Module):
         every position sampling feeds (the prompts, then each new token but the last) is kept,
         so that ``score_rollout`` on these samples needs no second trunk pass (``sampled_trunk``)."""
         self._sampled = None
-        beams = kwargs.get("num_beams") or getattr(getattr(self.base_model, "generation_config", None), "num_beams", 1) or 1
-        one_path = beams == 1 and not any(k in kwargs for k in ("assistant_model", "penalty_alpha", "prompt_lookup_num_tokens"))
-        if not self.caches_trunk() or args or "input_ids" not in kwargs or not one_path:
-            return self.base_model.generate(*args, **kwargs)  # beams reorder rows between steps: nothing kept
+        if args or "input_ids" not in kwargs:
+            return self.base_model.generate(*args, **kwargs)
+        if not self.caches_trunk() or not one_path(self.base_model, kwargs):
+            return generate_sharing_prompts(self.base_model, **kwargs)  # beams reorder rows between steps: nothing kept
         steps: list[torch.Tensor] = []
 
         def keep(module, block_args, block_kwargs):
@@ -278,10 +321,14 @@ class CausalLMWithValueHead(nn.Module):
 
         handle = self.layout.blocks[self.branch_index].register_forward_pre_hook(keep, with_kwargs=True)
         try:
-            out = self.base_model.generate(*args, **kwargs)
+            out = generate_sharing_prompts(self.base_model, **kwargs)
         finally:
             handle.remove()
         mask = kwargs.get("attention_mask")
+        if steps and steps[0].shape[0] != out.shape[0] and mask is not None:
+            groups = prompt_groups(kwargs["input_ids"], mask)  # the prefill ran on the distinct prompts
+            if groups is not None and steps[0].shape[0] == groups.first.shape[0]:
+                steps[0] = steps[0][groups.group]
         kept = sum(s.shape[1] for s in steps)  # one forward per fed position: the prompt, then N - 1 tokens
         if steps and all(s.shape[0] == out.shape[0] for s in steps) and kept == out.shape[1] - 1:
             self._sampled = (out, mask if mask is not None else torch.ones_like(kwargs["input_ids"]), torch.cat(steps, dim=1))
