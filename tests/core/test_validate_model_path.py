@@ -68,6 +68,8 @@ def test_examples_that_need_another_runs_model_say_how_to_make_it(example, rlkit
     assert train["total_steps"] % train["checkpoint_interval"] == 0, made_by.group(1)
     written = f"{train['checkpoint_dir']}/checkpoint_{train['total_steps']}/hf_model"
     assert yaml.safe_load(text)["model"]["model_path"] == written
-    monkeypatch.chdir(tmp_path)  # a fresh clone: no ckpts/ yet
+    # a fresh clone: the examples (configs name files under examples/ from the root) and no ckpts/ yet
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
     code, err = validate(capsys, example)
     assert code == 0 and "warning: model.model_path 'ckpts/" in err, err
