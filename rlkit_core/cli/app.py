@@ -15,6 +15,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rlkit_core.errors import RlkitError
@@ -77,7 +78,7 @@ def _preflight(resolved):
     from rlkit_core.preflight import preflight
 
     def warn(line: str) -> None:
-        err_console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
     host = get_host()
     return preflight(resolved, host.registry, host.hook, warn=warn)
@@ -141,7 +142,7 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
         table.add_row(s.name, s.distribution or s.source, s.version or "-", provides, f"[{style}]{status}[/]")
     Console().print(table)
     for conflict in sorted(host.registry.conflicts.values()):
-        err_console.print(f"[red]conflict:[/] {conflict}", highlight=False)
+        err_console.print(f"[red]conflict:[/] {escape(conflict)}", highlight=False)
 
 
 @app.command()
@@ -177,7 +178,7 @@ def config_validate(
     resolved = _load(config, set_, plugin)
     check_names(resolved, get_host().registry)
     _preflight(resolved)
-    err_console.print(f"[green]ok[/]: {config} (method {resolved.method.name}, trainer {resolved.train.trainer})", highlight=False)
+    err_console.print(f"[green]ok[/]: {escape(str(config))} (method {resolved.method.name}, trainer {resolved.train.trainer})", highlight=False)
 
 
 _CORE_COMMANDS = (list(app.registered_commands), list(app.registered_groups))
@@ -199,7 +200,7 @@ def _add_plugin_commands() -> None:
         except Exception as exc:
             app.registered_commands[:], app.registered_groups[:] = before
             host.command_hook_failed(impl.plugin_name, exc)
-            err_console.print(f"[yellow]warning:[/] plugin {impl.plugin_name!r}: {host.statuses[impl.plugin_name].error}",
+            err_console.print(f"[yellow]warning:[/] plugin {impl.plugin_name!r}: {escape(str(host.statuses[impl.plugin_name].error))}",
                               highlight=False, soft_wrap=True)
 
 
@@ -257,7 +258,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if debug:
             raise
         for line in str(exc).splitlines() or [type(exc).__name__]:
-            err_console.print(f"[red]error:[/] {line}", highlight=False, soft_wrap=True)
+            err_console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         return _exit(exc.exit_code)
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
@@ -274,7 +275,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if debug:
             raise
         err_console.print(
-            f"[red]error:[/] {type(exc).__name__}: {exc} (set RLKIT_DEBUG=1 for the traceback)",
+            f"[red]error:[/] {type(exc).__name__}: {escape(str(exc))} (set RLKIT_DEBUG=1 for the traceback)",
             highlight=False,
             soft_wrap=True,
         )

@@ -142,6 +142,22 @@ def test_runtime_errors_exit_1_and_debug_shows_the_traceback(fake_host, capsys, 
         main(["run", path])
 
 
+@pytest.mark.parametrize("exc, shown", [
+    (ConfigError("train.trainer: install rlkit-nemo[nemo] ([bold] is text)"), "error: train.trainer: install rlkit-nemo[nemo] ([bold] is text)"),
+    (RuntimeError("index [0] of [red]x[/]"), "error: RuntimeError: index [0] of [red]x[/] (set RLKIT_DEBUG=1"),
+])
+def test_error_text_in_square_brackets_is_printed_as_written(exc, shown, fake_host, capsys, tmp_path, monkeypatch):
+    """The console's markup is rlkit's own; a message's brackets (an install extra) are text."""
+    from rlkit_core.testing import FakeTrainer
+
+    def explode(self):
+        raise exc
+
+    monkeypatch.setattr(FakeTrainer, "learn", explode)
+    code, _, err = run_cli(capsys, "run", write(tmp_path, config_dict(reward="constant")))
+    assert code in (1, 2) and " ".join(one_error_line(err).split()).startswith(shown), err
+
+
 def test_usage_errors_exit_2(capsys):
     code, _, err = run_cli(capsys, "config", "show")
     assert code == 2 and "Missing argument" in err
