@@ -94,3 +94,29 @@ def test_a_key_given_twice_in_a_config_is_refused_and_merge_keys_still_work(tmp_
         read_yaml(path)
     path.write_text("base: &base {lr: 1.0, eps: 2.0}\noptimizer:\n  <<: *base\n  lr: 3.0\n")
     assert read_yaml(path)["optimizer"] == {"lr": 3.0, "eps": 2.0}
+
+
+@pytest.mark.parametrize("returned, expected", [
+    ([0.5, 0.5, 0.5], "metric function my_metric returned list; return a dict of name -> list of numbers"),
+    (None, "metric function my_metric returned NoneType; return a dict of name -> list of numbers"),
+    ({"len": [1.0, 2.0]}, "metric function my_metric: metric 'len' has 2 values for 3 samples; return one per sample"),
+    ({"mood": ["good", "bad", "ok"]}, "metric function my_metric: metric 'mood' holds non-numbers; return numbers"),
+], ids=["a list", "None", "the wrong count", "strings"])
+def test_a_metric_function_of_the_wrong_shape_is_one_line_naming_it(returned, expected):
+    from rlkit_core.errors import RlkitError
+    from rlkit_methods.loop.evaluation import check_metrics
+
+    def my_metric(samples, **kwargs):
+        return returned
+
+    with pytest.raises(RlkitError) as error:
+        check_metrics(my_metric([]), my_metric, 3)
+    assert str(error.value) == expected.replace("my_metric", my_metric.__qualname__)  # named as Python names it
+
+
+def test_a_metric_of_nan_is_kept_as_nan():
+    import math
+
+    from rlkit_methods.loop.evaluation import check_metrics
+
+    assert math.isnan(check_metrics({"m": [math.nan] * 3}, lambda samples: None, 3)["m"][1])

@@ -15,6 +15,7 @@ forked RNG so it never shifts the training stream, and a checkpoint holds the en
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -41,11 +42,13 @@ from rlkit_methods.loop.checkpoint import (
 )
 from rlkit_methods.loop.metrics_log import MetricsLog
 from rlkit_methods.loop.reporting import print_samples, progress
-from rlkit_methods.loop.resume import check_resume_config
+from rlkit_methods.loop.resume import check_resume_config, finished_message, steps_left
 from rlkit_methods.loop.rundir import claim
 from rlkit_methods.loop.signals import stop_on_signals
 from rlkit_methods.loop.state import read_state, rng_state, set_rng_state, write_state
 from rlkit_methods.loop.tracking import Tracker
+
+log = logging.getLogger(__name__)
 
 
 class RLTrainer:
@@ -251,6 +254,8 @@ class RLTrainer:
                 check_resume_config(path, self.config)
                 self.load(path)
                 self.metrics_log.truncate_after(self.iter_count)
+                if not steps_left(self.iter_count, self.total_steps) and self.is_main_process:
+                    log.warning(finished_message(path, self.iter_count, self.total_steps))
             else:
                 results = self.evaluate_with_callback()
             shown = progress(self.total_steps, self.iter_count, enabled=self.is_main_process, stats=results)
