@@ -91,7 +91,7 @@ def test_response_logits_and_gradients_equal_a_pass_over_every_row(arch, monkeyp
     shared, shared_score, shared_ref, shared_grads, shared_fed = run()
     monkeypatch.setattr(policy_module, "prompt_groups", lambda *a: None)  # every row's prompt runs
     full, full_score, full_ref, full_grads, full_fed = run()
-    assert shared_fed[:2] == [(3, 7), (6, 4)]  # distinct prompts, then the responses but their last token
+    assert shared_fed[:2] == [(3, 6), (6, 5)]  # distinct prompts but their last token, then that token and the responses but their last
     assert full_fed[0] == (6, 12)
     assert shared.shape == full.shape == (6, 5, VOCAB)
     torch.testing.assert_close(shared[real], full[real], atol=1e-5, rtol=1e-5)

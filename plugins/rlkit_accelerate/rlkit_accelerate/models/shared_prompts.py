@@ -8,10 +8,11 @@ rest of each row runs on top of that cache. Causal attention makes this the same
 (prompt positions never attend to what follows them), and gradients flow back through the
 copies to the prompt's single pass.
 
-- Sampling: the prefill runs on the distinct prompts, ``generate`` then feeds the last prompt
-  token and the new ones. The prefill draws no random numbers, so the samples are the same.
-- Scoring and training: logits predicting each response token, [B, R, V], from one pass over
-  the distinct prompts and one pass over the responses that reads their cache.
+Both run the distinct prompts but their last token once; then every row feeds the rest:
+- sampling: ``generate`` feeds the last prompt token and the new ones. The prefill draws no
+  random numbers, so the samples are the same;
+- scoring and training: the last prompt token and the response but its last token, whose
+  logits [B, R, V] are those predicting each response token.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def plain_causal_lm(model: nn.Module) -> bool:
 
 
 def prefill(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, groups: PromptGroups):
-    """One pass over the distinct prompts: (their last position's logits [U, 1, V], the cache
-    copied to every row [B, ...]); the cache is None if the model returned none to copy."""
+    """One pass over the distinct prompts; their cache copied to every row [B, ...], or None if
+    the model returned none to copy."""
     ids, mask = input_ids[groups.first], attention_mask[groups.first]
     out = lm(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=True,
              logits_to_keep=1)
@@ -73,9 +74,9 @@ def prefill(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
     if cache is None:
         cache = getattr(out, "cache", None)  # the name from transformers 5.24
     if cache is None or not hasattr(cache, "reorder_cache"):
-        return out.logits, None
+        return None
     cache.reorder_cache(groups.group.to(ids.device))  # index_select per layer: differentiable
-    return out.logits, cache
+    return cache
 
 
 def generate_sharing_prompts(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -91,7 +92,7 @@ def generate_sharing_prompts(model: nn.Module, input_ids: torch.Tensor, attentio
     if groups is None:
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     with torch.no_grad():  # generate feeds the last prompt token itself
-        _, cache = prefill(model, input_ids[:, :-1], attention_mask[:, :-1], groups)
+        cache = prefill(model, input_ids[:, :-1], attention_mask[:, :-1], groups)
     if cache is None:
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     return model.generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, **kwargs)
@@ -101,16 +102,17 @@ def response_logits_sharing_prompts(lm: nn.Module, query: torch.Tensor, query_ma
                                     response: torch.Tensor, response_mask: torch.Tensor,
                                     groups: PromptGroups) -> torch.Tensor | None:
     """Logits [B, R, V] predicting each response token (position Q - 1 + t predicts token t),
-    the prompts run once per distinct prompt; None if the model keeps no cache to share."""
-    last, cache = prefill(lm, query, query_mask, groups)
+    the prompts but their last token run once per distinct prompt; None if the model keeps no
+    cache to share."""
+    Q = query.shape[1]
+    if Q < 2:
+        return None
+    cache = prefill(lm, query[:, :-1], query_mask[:, :-1], groups)
     if cache is None:
         return None
-    first = last[groups.group]  # (B, 1, V): the last prompt position predicts the first response token
-    if response.shape[1] == 1:
-        return first
-    # the last response token predicts nothing we read: the pass covers the tokens before it
+    # every row then feeds its last prompt token and its response but the last token (which
+    # predicts nothing read here): R positions, the logits wanted, in place
+    ids = torch.cat([query[:, -1:], response[:, :-1]], dim=1)  # (B, R)
     mask = torch.cat([query_mask, response_mask[:, :-1]], dim=1)  # (B, Q + R - 1): the cache's keys, then these
-    position_ids = position_ids_from_mask(mask)[:, query.shape[1]:]
-    logits = lm(input_ids=response[:, :-1], attention_mask=mask, position_ids=position_ids, past_key_values=cache,
-                use_cache=True).logits  # (B, R - 1, V)
-    return torch.cat([first, logits], dim=1)
+    position_ids = position_ids_from_mask(mask)[:, Q - 1:]
+    return lm(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=True).logits
