@@ -159,7 +159,8 @@ def configure_deepspeed(accelerator: Any, batch_size: int, minibatch_size: int |
 
     The trainer accumulates micro-batches itself (weighting each by its size), so DeepSpeed's
     own accumulation is 1 and the step boundary comes from ``sync_gradients``; clipping is
-    DeepSpeed's, set from ``train.max_grad_norm``."""
+    DeepSpeed's: ``train.max_grad_norm``, or the DeepSpeed config's ``gradient_clipping`` when
+    train sets none (as trlX, whose launch configs clip there)."""
     plugin = getattr(accelerator.state, "deepspeed_plugin", None)
     if plugin is None:
         return
@@ -171,6 +172,12 @@ def configure_deepspeed(accelerator: Any, batch_size: int, minibatch_size: int |
                               f"set it to auto (rlkit sets {value})")
         config[key] = value
     config["train_batch_size"] = micro * accelerator.num_processes
-    config["gradient_clipping"] = float(max_grad_norm or 0.0)
+    clipping = config.get("gradient_clipping", "auto")
+    if clipping in ("auto", None) or float(clipping) == 0.0:
+        config["gradient_clipping"] = float(max_grad_norm or 0.0)
+    elif max_grad_norm and float(clipping) != float(max_grad_norm):
+        raise ConfigError(f"deepspeed config gradient_clipping: {clipping} conflicts with train.max_grad_norm: "
+                          f"{max_grad_norm}; set one of them (gradient_clipping: auto takes train's)")
+    # otherwise the DeepSpeed config's own clipping stays (trlX's launch configs clip at 1.0)
     # the optimizer is train's (torch AdamW etc.); ZeRO otherwise only accepts its own list
     config.setdefault("zero_allow_untested_optimizer", True)
