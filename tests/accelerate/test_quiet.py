@@ -82,3 +82,51 @@ def test_find_layout_passes_a_mask(capfd):
     capfd.readouterr()
     find_layout(model)
     assert "attention_mask" not in capfd.readouterr().err
+
+
+class _ForceToken:
+    """A logits processor that makes every sampled token ``token`` (here the pad id)."""
+
+    def __init__(self, token):
+        self.token = token
+
+    def __call__(self, input_ids, scores):
+        scores[:] = float("-inf")
+        scores[:, self.token] = 0.0
+        return scores
+
+
+def test_generating_a_pad_token_is_not_a_missing_mask_warning(monkeypatch):
+    """transformers 5 does not pass generate's mask on to each decoding step's forward: a sampled
+    pad id made the model warn about a mask rlkit gave. The check is off inside rlkit's generate
+    only, on the model's own instances, and back after."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, LogitsProcessorList, PreTrainedModel
+
+    from rlkit_accelerate.quiet import no_padding_warning
+
+    warned = []
+    real = PreTrainedModel.warn_if_padding_and_no_attention_mask
+
+    def spy(self, input_ids, attention_mask):
+        if attention_mask is None and self.config.pad_token_id in input_ids[:, [-1, 0]]:
+            warned.append(tuple(input_ids.shape))
+        return real(self, input_ids, attention_mask)
+
+    monkeypatch.setattr(PreTrainedModel, "warn_if_padding_and_no_attention_mask", spy)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=64, pad_token_id=0)).eval()
+    ids = torch.tensor([[5, 6], [7, 8]])
+
+    def sample():
+        return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
+                              logits_processor=LogitsProcessorList([_ForceToken(0)]), pad_token_id=0, eos_token_id=None)
+
+    sample()
+    assert warned, "the case this guards against no longer happens: transformers now passes the mask on"
+    warned.clear()
+    with no_padding_warning(model):
+        out = sample()
+    assert warned == [] and out[:, 2:].eq(0).all()  # the same samples, no warning
+    assert all("warn_if_padding_and_no_attention_mask" not in vars(m) for m in model.modules())
+    sample()
+    assert warned  # restored after

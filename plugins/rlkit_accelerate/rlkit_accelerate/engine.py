@@ -32,7 +32,7 @@ from rlkit_accelerate.forwards import ilql_forward, response_forward, tokens_for
 from rlkit_accelerate.models.adapters import save_base_model, virtual_tokens
 from rlkit_accelerate.models.shared_prompts import generate_sharing_prompts
 from rlkit_accelerate.optim import make_optimizer, make_scheduler
-from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly
+from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly, no_padding_warning
 from rlkit_accelerate.sharding import (
     configure_deepspeed,
     expose_block_classes,
@@ -147,7 +147,7 @@ class AccelerateEngine:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        with self.evaluating() as model:
+        with self.evaluating() as model, no_padding_warning(model):  # the mask is given; see quiet.py
             if self.spec.heads == "ilql":  # Q-guided decoding: the model's own loop over its heads
                 guidance = guidance or QGuidance()
                 if guidance.logit_mask is not None:

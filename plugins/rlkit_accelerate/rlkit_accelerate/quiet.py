@@ -7,6 +7,8 @@
   unable to detect it.", printed when accelerate imports DeepSpeed (``unwrap_model``) on a
   machine without CUDA: :func:`deepspeed_on_cpu_quietly` tells DeepSpeed the accelerator
   (``DS_ACCELERATOR=cpu``) when torch sees no CUDA, which is what it would detect anyway.
+* transformers' "We strongly recommend passing in an `attention_mask` since your input_ids may
+  be padded" while rlkit samples: :func:`no_padding_warning` around the engine's generate.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 
 @contextmanager
@@ -49,3 +51,30 @@ def deepspeed_on_cpu_quietly() -> None:
 
     if not torch.cuda.is_available():
         os.environ["DS_ACCELERATOR"] = "cpu"
+
+
+WARN_IF_PADDING = "warn_if_padding_and_no_attention_mask"
+
+
+def _no_padding_warning(input_ids: Any, attention_mask: Any) -> None:
+    return None
+
+
+@contextmanager
+def no_padding_warning(model: Any) -> Iterator[None]:
+    """transformers' padding warning off for the models inside ``model``, and only for them,
+    while rlkit generates. rlkit always hands ``generate`` an attention mask, but transformers
+    5 does not pass it on to the forward of each decoding step; a sampled token that equals the
+    pad id (an untrained randomwalks model samples its pad, 22) then makes the model warn about a
+    mask it was given. The check is shadowed on those instances and restored after: the user's
+    own calls, and their one-time warning, are untouched."""
+    from transformers import PreTrainedModel
+
+    shadowed = [m for m in model.modules() if isinstance(m, PreTrainedModel) and WARN_IF_PADDING not in vars(m)]
+    for module in shadowed:
+        vars(module)[WARN_IF_PADDING] = _no_padding_warning
+    try:
+        yield
+    finally:
+        for module in shadowed:
+            vars(module).pop(WARN_IF_PADDING, None)
