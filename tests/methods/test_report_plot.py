@@ -86,3 +86,36 @@ def test_the_run_name_titles_the_plot(tmp_path):
     info = report(run)
     assert info["plot"] == run / "report.png"
     assert figure(info)._suptitle.get_text().startswith("sentiment-lr3e-4: reward/mean")
+
+
+def end_of_run(checkpoint_dir, logging_dir):
+    """The report rlkit-methods writes when a run ends (hook rlkit_train_end)."""
+    from types import SimpleNamespace
+
+    from rlkit_methods.plugin import rlkit_train_end
+
+    trainer = SimpleNamespace(checkpoint_dir=checkpoint_dir, logging_dir=logging_dir)
+    rlkit_train_end(trainer=trainer, error=None, is_main_process=True)
+
+
+def test_at_the_end_of_a_run_a_logging_dir_named_logs_elsewhere_gets_the_report(tmp_path, capsys):
+    """train.logging_dir: shared/logs, outside checkpoint_dir ckpts/exp_9: report.png goes into
+    shared/logs (not shared/), titled with the run's folder, exp_9 (not 'shared')."""
+    run, logs = tmp_path / "ckpts" / "exp_9", tmp_path / "shared" / "logs"
+    write_jsonl(logs / "metrics.jsonl", ppo_records())
+    (run / "checkpoint_24").mkdir(parents=True)
+    (run / "checkpoint_24" / "config.yml").write_text("train:\n  total_steps: 24\n")
+    end_of_run(run, logs)
+    assert (logs / "report.png").is_file()
+    assert not (tmp_path / "shared" / "report.png").exists() and not (run / "report.png").exists()
+    assert figure(summary(logs, checkpoint_dir=run))._suptitle.get_text().startswith("exp_9: reward/mean")
+    # its config is the run's: a run_name there titles it
+    (run / "checkpoint_24" / "config.yml").write_text("train:\n  run_name: lr-3e-4\n")
+    assert figure(summary(logs, checkpoint_dir=run))._suptitle.get_text().startswith("lr-3e-4: ")
+
+
+def test_at_the_end_of_a_run_the_default_logs_put_the_report_in_the_checkpoint_dir(tmp_path, capsys):
+    run = tmp_path / "ckpts"
+    write_jsonl(run / "logs" / "metrics.jsonl", ppo_records())
+    end_of_run(run, run / "logs")
+    assert (run / "report.png").is_file() and not (run / "logs" / "report.png").exists()

@@ -105,7 +105,7 @@ def rlkit_train_end(trainer, error, is_main_process):
         return
     from rlkit_methods.loop.report import report
 
-    report(trainer.logging_dir)
+    report(trainer.logging_dir, checkpoint_dir=getattr(trainer, "checkpoint_dir", None))
 
 
 @hookimpl

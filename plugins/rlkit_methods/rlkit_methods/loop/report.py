@@ -84,7 +84,7 @@ def _rates(records: list[dict[str, Any]], ppo_epochs: int | None) -> dict[str, f
     return rates
 
 
-def summary(run_dir: str | Path) -> dict[str, Any]:
+def summary(run_dir: str | Path, *, checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
     logs = logs_dir(run_dir)
     records = read_metrics(logs)
     evals = [r for r in records if r["kind"] == "eval"]
@@ -106,7 +106,8 @@ def summary(run_dir: str | Path) -> dict[str, Any]:
     if len(records) >= 2:  # from the start of the first logged phase to the last record
         first = records[0]
         out["wall"] = records[-1]["time"] - first["time"] + sum(float(first.get(k, 0.0)) for k in PHASES.values())
-    out["config"] = run_config(run_folder(logs))
+    out["run"] = Path(checkpoint_dir) if checkpoint_dir is not None else run_folder(logs)
+    out["config"] = run_config(out["run"])
     ppo_epochs = (out["config"].get("method") or {}).get("ppo_epochs")
     out["rates"] = _rates(records, ppo_epochs if isinstance(ppo_epochs, int) else None)
     samples_path = logs / SAMPLES_FILE
@@ -174,16 +175,21 @@ PANELS = [
 TWINS = {"policy/sqrt_kl": ("kl_ctl_value", "KL coefficient")}  # its own axis, on the right
 
 
-def run_folder(logs: Path) -> Path:
-    """Where a run's report goes: the checkpoint_dir of the default ``<checkpoint_dir>/logs``,
-    else ``train.logging_dir`` itself."""
+def run_folder(logs: Path, checkpoint_dir: str | Path | None = None) -> Path:
+    """Where a run's report goes: the checkpoint_dir when the logs are its default
+    ``<checkpoint_dir>/logs``, else ``train.logging_dir`` itself. Without the checkpoint_dir
+    (``rlkit report FOLDER``), a logs folder named ``logs`` stands for the default."""
+    if checkpoint_dir is not None:
+        checkpoint_dir = Path(checkpoint_dir)
+        return checkpoint_dir if Path(logs).resolve() == (checkpoint_dir / "logs").resolve() else Path(logs)
     return logs.parent if logs.name == "logs" else logs
 
 
 def run_name(info: dict[str, Any]) -> str:
-    """``train.run_name`` when the run set one, else its folder's name."""
+    """``train.run_name`` when the run set one, else its checkpoint_dir's name when known, else
+    its report folder's."""
     name = ((info.get("config") or {}).get("train") or {}).get("run_name")
-    return str(name) if name else run_folder(info["logs"]).resolve().name
+    return str(name) if name else Path(info.get("run") or run_folder(info["logs"])).resolve().name
 
 
 def eval_panels(scores: list[str]) -> list[tuple[str, str, list[str], str]]:
@@ -272,11 +278,12 @@ def _title(info: dict[str, Any]) -> str:
     return f"{run_name(info)}: {info['score']} {_fmt(info['before'], '.3f')} -> {_fmt(info['after'], '.3f')} in {info['steps']} steps"
 
 
-def report(run_dir: str | Path, console: Console | None = None) -> dict[str, Any]:
-    """Print the report of a run and write ``report.png`` into its folder (:func:`run_folder`)."""
-    info = summary(run_dir)
+def report(run_dir: str | Path, console: Console | None = None, *, checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
+    """Print the report of a run and write ``report.png`` into its folder (:func:`run_folder`);
+    the end of a run passes its ``checkpoint_dir``, where its config is."""
+    info = summary(run_dir, checkpoint_dir=checkpoint_dir)
     try:
-        info["plot"] = plot(info, run_folder(info["logs"]) / "report.png")
+        info["plot"] = plot(info, run_folder(info["logs"], checkpoint_dir) / "report.png")
     except (ValueError, OverflowError, OSError) as exc:  # the text report matters more than the picture
         info["plot"] = f"not drawn ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
     print_report(info, console)
