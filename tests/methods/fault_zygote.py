@@ -5,8 +5,10 @@ Forking skips the ~10 s of imports per run, so 20 killed runs and their resumes 
 The zygote itself never builds a model or an Accelerator: each child starts clean.
 
 Requests, one JSON per line on stdin:
-``{"argv": [...], "log": path, "kill": {"after_s": 1.5} | {"commit": n} | {"write": n} | null}``
+``{"argv": [...], "log": path, "kill": {"after_s": 1.5} | {"step": n} | {"commit": n} | {"committed": n} | {"write": n} | null}``
+``step``: SIGKILL right after optimizer step n (weights moved on, its metrics not yet logged);
 ``commit``: SIGKILL just before the n-th checkpoint is renamed into place (all files written);
+``committed``: SIGKILL just after it is renamed into place;
 ``write``: SIGKILL halfway through writing the n-th file with torch.save or safetensors.
 Answer per request: ``@@{"rc": exit code, or -9 when killed}`` (other lines are libraries' chatter).
 """
@@ -53,15 +55,29 @@ def die() -> None:
 
 def arm(kill: dict) -> None:
     """Install the fault in this child only."""
-    if "commit" in kill:
+    if "step" in kill:
+        from rlkit_methods.loop.trainer import RLTrainer
+
+        real_after = RLTrainer.after_optimizer_step
+
+        def after_or_die(self):
+            real_after(self)
+            if self.iter_count == kill["step"]:
+                die()
+
+        RLTrainer.after_optimizer_step = after_or_die
+    if "commit" in kill or "committed" in kill:
         count = {"n": 0}
         real = checkpoint.commit_temporary
 
         def commit_or_die(final):
             count["n"] += 1
-            if count["n"] == kill["commit"]:
+            if count["n"] == kill.get("commit"):
                 die()
-            return real(final)
+            done = real(final)
+            if count["n"] == kill.get("committed"):
+                die()
+            return done
 
         for name in ("rlkit_accelerate.trainers.base", "rlkit_methods.loop.trainer", "rlkit_methods.loop.checkpoint"):
             module = sys.modules.get(name)

@@ -1,5 +1,6 @@
-"""Fault injection: 20 short `rlkit run`s SIGKILLed at random points (at random times, just
-before a checkpoint is renamed into place, halfway through writing a checkpoint file), each
+"""Fault injection: 20 short `rlkit run`s SIGKILLed at random points (at random times, right
+after a random optimizer step, just before or just after a checkpoint is renamed into place,
+halfway through writing a checkpoint file), each
 resumed: every resume ends with exactly the weights and losses of an uninterrupted run, or
 refuses in one clear line (issue 16, must-show). Runs are forked from one process that has
 imported everything once (fault_zygote.py), so the whole test takes about a minute."""
@@ -89,8 +90,9 @@ def test_sigkill_at_random_points_then_resume_is_exact_or_refused(tmp_path):
         rng = random.Random(16)
         outcomes = []
         for i in range(20):
-            kind = ("after_s", "commit", "write")[i % 3]
-            kill = {"after_s": rng.uniform(0.1, duration)} if kind == "after_s" else {kind: rng.randint(1, 12 if kind == "write" else 6)}
+            kind = ("after_s", "step", "commit", "committed", "write")[i % 5]
+            highest = {"step": TOTAL - 1, "commit": 6, "committed": 6, "write": 12}.get(kind)  # steps, checkpoints, files written
+            kill = {"after_s": rng.uniform(0.1, duration)} if kind == "after_s" else {kind: rng.randint(1, highest)}
             ckpts = tmp_path / f"run{i}"
             killed = zygote.run(ckpts, tmp_path / f"run{i}.log", kill=kill)
             if killed == 0:  # the run finished before the kill point: nothing to resume

@@ -306,10 +306,12 @@ class RLTrainer:
         return results
 
     def after_step(self, stats: dict[str, Any]) -> dict[str, Any]:
+        """Evaluate, log the step, then checkpoint it: the checkpoint of step N is written after
+        step N's records, so a run killed before it resumes from the one before (whose resume
+        drops records past it) and a run killed after it lacks nothing of step N (saved first,
+        a kill during the evaluation lost step N's records for good)."""
         train = self.config.train
         last = self.iter_count >= self.total_steps
-        if self.iter_count % train.checkpoint_interval == 0 or last:
-            self.save()
         results = {}
         if self.iter_count % train.eval_interval == 0 or last:
             results = self.evaluate_with_callback()
@@ -321,6 +323,8 @@ class RLTrainer:
         train_stats = {k: v for k, v in stats.items() if k not in results}  # evaluate() logged the rest
         self.metrics_log.write(self.iter_count, "train", train_stats)
         self.tracker.log(train_stats, self.iter_count)
+        if self.iter_count % train.checkpoint_interval == 0 or last:
+            self.save()
         self.hooks.rlkit_step_end(trainer=self, step=self.iter_count, metrics=stats, is_main_process=self.is_main_process)
         log_fn = self.callbacks.get("log") if hasattr(self, "callbacks") else None
         if log_fn is not None:
