@@ -110,3 +110,21 @@ def test_a_checkpoint_file_holding_code_is_refused_naming_it_and_nothing_runs(pl
     assert str(error.value) == (f"{checkpoint / planted}: refused, it holds objects that need code to load (posix.system); "
                                 f"only load checkpoints written by rlkit")
     assert not mark.exists()  # nothing ran
+
+
+@pytest.mark.parametrize("damaged", ["accelerate/optimizer.bin", "accelerate/pytorch_model.bin", "loop_state_0.pt"])
+def test_a_truncated_checkpoint_file_is_named_on_resume(damaged, tmp_path):
+    """The engine turned the torch error of a cut-short file into "does not fit this model"
+    (a wrong diagnosis, no file named); the loop names the file (issue 16, item 6)."""
+    from rlkit_core.errors import RlkitError
+
+    run("sft", tmp_path, config_overrides=dict(train=dict(total_steps=2, checkpoint_interval=2)))
+    checkpoint = tmp_path / "ckpts" / "checkpoint_2"
+    path = checkpoint / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(RlkitError) as error:
+        run("sft", tmp_path, config_overrides=dict(train=dict(total_steps=4, checkpoint_interval=2,
+                                                              resume_from_checkpoint=str(checkpoint))))
+    message = str(error.value)
+    assert message.startswith(f"{path}: truncated or not a torch file") and "does not fit" not in message, message
+    assert message.endswith(f"checkpoint {checkpoint} cannot be loaded, resume from an earlier one") and "\n" not in message

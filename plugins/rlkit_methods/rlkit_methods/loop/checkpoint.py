@@ -173,12 +173,12 @@ def remove_stale_temporaries(parent: str | os.PathLike) -> None:
 def read_errors(directory: str | os.PathLike) -> Iterator[None]:
     """Around loading a checkpoint: a failure caused by a truncated or damaged file, or by a
     file that holds code (refused by ``weights_only`` loading), names the file in one line;
-    any other failure (e.g. a model that does not fit) passes unchanged."""
+    any other failure (e.g. a model that does not fit) passes unchanged. An engine's own
+    one-line guess (accelerate's "does not fit this model" for any RuntimeError) gives way to
+    a damaged file found here."""
     directory = Path(directory)
     try:
         yield
-    except RlkitError:
-        raise
     except Exception as exc:
         holding_code = refusing_file(directory, exc) if isinstance(exc, pickle.UnpicklingError) else None
         if holding_code is not None:
