@@ -186,6 +186,7 @@ class PluginHost:
             sys.modules.pop(module_name, None)
             raise PluginError(f"plugin file {str(path)!r} failed to import: {_import_failure(exc)}") from exc
         self._register(module, PluginStatus(path.stem, source="file"))
+        self.registry  # noqa: B018 - its registration hooks run now: returning garbage is as fatal as failing to import
         if self.statuses[path.stem].status == "failed":
             raise PluginError(f"plugin file {str(path)!r}: {self.statuses[path.stem].error}")
 

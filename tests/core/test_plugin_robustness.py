@@ -195,3 +195,17 @@ def test_a_signal_during_rlkit_run_exits_with_its_code_and_one_line(tmp_path, si
     assert proc.returncode == code, err
     lines = [text for text in err.splitlines() if text.strip()]
     assert lines == [f"error: interrupted by {line}; stopped"], err
+
+
+def test_a_plugin_file_whose_registration_hook_returns_garbage_is_refused(fake_host, tmp_path, capsys):
+    """--plugin names a file the user asked for: garbage from its hooks is as fatal as an import error
+    (it was recorded as a failed plugin and the command went on: `config validate` said ok)."""
+    import yaml
+
+    plugin = tmp_path / "garbage.py"
+    plugin.write_text("from rlkit_core import hookimpl\n\n@hookimpl\ndef rlkit_register_methods():\n    return 3\n")
+    config = tmp_path / "config.yml"
+    config.write_text(yaml.safe_dump(config_dict(reward="constant")))
+    assert main(["config", "validate", str(config), "--plugin", str(plugin)]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines == [f"error: plugin file '{plugin}': rlkit_register_methods must return a list of MethodSpec records, got int 3"]

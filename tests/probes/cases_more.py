@@ -42,6 +42,18 @@ def more_cases(tmp: Path) -> list[tuple[str, object]]:
         def rlkit_register_method():
             return []
         """)), "rlkit_register_method"))
+    add("--plugin whose rlkit_register_methods returns 3", refuse_cli(with_plugin(plugin_file("garbage", """
+        from rlkit_core import hookimpl
+        @hookimpl
+        def rlkit_register_methods():
+            return 3
+        """)), "must return a list of MethodSpec records, got int 3"))
+    add("--plugin whose rlkit_register_rewards raises", refuse_cli(with_plugin(plugin_file("raiser", """
+        from rlkit_core import hookimpl
+        @hookimpl
+        def rlkit_register_rewards():
+            raise RuntimeError("no rewards today")
+        """)), "rlkit_register_rewards raised RuntimeError: no rewards today"))
     add("--plugin hangs at import", _with_env({"RLKIT_PLUGIN_IMPORT_TIMEOUT": "1"},
                                                refuse_cli(with_plugin(plugin_file("hangs", "while True:\n    pass\n")), "did not finish within 1s")))
     add("RLKIT_PLUGIN_IMPORT_TIMEOUT=soon", _with_env({"RLKIT_PLUGIN_IMPORT_TIMEOUT": "soon"}, refuse_call(

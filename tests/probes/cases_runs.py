@@ -24,7 +24,9 @@ def rlkit_run(ckpts: Path, *sets: str, steps: int = 4, wait: bool = True):
                     "--set", f"train.checkpoint_dir={ckpts}", *[a for s in sets for a in ("--set", s)]]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if not wait:
-        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        # Ctrl-C as in a terminal: a shell's background job (`&`, nohup) would pass SIGINT on ignored
+        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     result = subprocess.run(args, capture_output=True, text=True, env=env)
     return result.returncode, [line for line in result.stderr.splitlines() if line.startswith(("error:", "warning:"))]
 
@@ -73,6 +75,30 @@ def run_cases(tmp: Path) -> list[tuple[str, object]]:
         code, lines = rlkit_run(base, f"train.resume_from_checkpoint={base}", "model.model_path.n_layer=2", steps=8)
         return refused(code, lines, "") or ("silent-wrong", "resumed into another architecture")
 
+    def resume_with_a_damaged_file(name: str, damage):
+        def probe():
+            import shutil
+
+            folder = tmp / "runs" / name
+            shutil.copytree(base, folder)
+            path = folder / "checkpoint_4" / "accelerate" / "optimizer.bin"
+            damage(path)
+            code, lines = rlkit_run(folder, f"train.resume_from_checkpoint={folder / 'checkpoint_4'}", steps=6)
+            if Path("/tmp/rlkit-probe-pwned").exists():
+                return "data-lost", "the planted pickle ran"
+            return refused(code, lines, "optimizer.bin") or ("silent-wrong", "resumed from a damaged checkpoint")
+        return probe
+
+    def cut_in_half(path: Path) -> None:
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+    def plant_code(path: Path) -> None:
+        import torch
+
+        from cases_files import Boom
+
+        torch.save({"state": {}, "evil": Boom()}, path)
+
     def two_runs_at_once():
         folder = tmp / "runs" / "together"
         first = rlkit_run(folder, steps=400, wait=False)
@@ -86,7 +112,9 @@ def run_cases(tmp: Path) -> list[tuple[str, object]]:
         def probe():
             folder = tmp / "runs" / f"signal{signum}"
             proc = rlkit_run(folder, steps=100000, wait=False)
-            time.sleep(10)
+            deadline = time.time() + 120
+            while time.time() < deadline and not any(folder.glob("checkpoint_*")):  # training, however loaded the machine
+                time.sleep(0.2)
             proc.send_signal(signum)
             _, err = proc.communicate(timeout=120)
             lines = [line for line in err.splitlines() if line.startswith("error:")]
@@ -105,6 +133,8 @@ def run_cases(tmp: Path) -> list[tuple[str, object]]:
         ("run: resume with another batch_size", resume_with_other_batch_size),
         ("run: resume a finished run", resume_finished_run),
         ("run: resume with another architecture", resume_other_architecture),
+        ("run: resume with accelerate/optimizer.bin cut in half", resume_with_a_damaged_file("cut", cut_in_half)),
+        ("run: resume with os.system pickled into accelerate/optimizer.bin", resume_with_a_damaged_file("planted", plant_code)),
         ("run: two runs at once in one folder", two_runs_at_once),
         ("run: Ctrl-C during training", signal_during_training(signal.SIGINT, 130)),
         ("run: SIGTERM during training", signal_during_training(signal.SIGTERM, 143)),
