@@ -245,3 +245,17 @@ def test_seq2seq_ilql_forward_and_generate_from_decoder_input_ids():
     start_only = model.generate(inputs["input_ids"], inputs["attention_mask"], max_new_tokens=2, eos_token_id=1,
                                 pad_token_id=0)
     assert start_only[:, 0].tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("cls", [AutoModelForCausalLMWithHydraValueHead, AutoModelForCausalLMWithILQLHeads])
+def test_outputs_carry_the_cache_under_either_transformers_name(cls):
+    """transformers 5.24 renamed outputs' past_key_values to cache; trlX's spelling still reads it."""
+    from rlkit_accelerate.models.cache_name import output_cache
+
+    model = cls(build("llama", 2)).eval()
+    input_ids, attention_mask = left_padded()
+    with torch.no_grad():
+        out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, return_dict=True)
+    cache = output_cache(out)
+    assert cache is not None and cache.get_seq_length() == input_ids.shape[1]
+    assert out.past_key_values is cache

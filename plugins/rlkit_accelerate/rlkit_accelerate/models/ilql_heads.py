@@ -21,6 +21,7 @@ from rlkit_methods.ilql.losses import batched_index_select
 from rlkit_methods.ilql.sampling import q_guided_logits, sync_target
 
 from rlkit_accelerate.models.blocks import capture_head_input, find_layout, position_ids_from_mask
+from rlkit_accelerate.models.cache_name import output_cache
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import freeze_trunk, make_head
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
@@ -162,7 +163,7 @@ class CausalLMWithILQLHeads(nn.Module):
                 use_cache=use_cache,
             )
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
-        return ILQLOutput(out.logits, qs, target_qs, vs, out.past_key_values if use_cache else None)
+        return ILQLOutput(out.logits, qs, target_qs, vs, output_cache(out) if use_cache else None)
 
     _heads_forward = forward  # the heads' forward, kept when a subclass (trlX's API) redefines forward
 
@@ -172,7 +173,7 @@ class CausalLMWithILQLHeads(nn.Module):
             out = self.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                   past_key_values=past_key_values, use_cache=True)
         target_qs, vs = self.ilql_heads.decode(captured["hidden"])
-        return ILQLOutput(out.logits[:, -1:], (), target_qs, vs, out.past_key_values)
+        return ILQLOutput(out.logits[:, -1:], (), target_qs, vs, output_cache(out))
 
     def sync_target_q_heads(self, alpha: float | None = None) -> None:
         self.ilql_heads.sync_target_q_heads(alpha)
@@ -205,7 +206,7 @@ class CausalLMWithILQLHeads(nn.Module):
         finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)  # [B]
         for _ in range(max_new_tokens):
             out = self._decode_forward(step_ids, attention_mask, position_ids, cache)
-            cache = out.past_key_values
+            cache = out.past_key_values  # rlkit's ILQLOutput
             next_ids, finished = q_guided_step(out, samples[:, -1], finished, eos_ids, pad_token_id, beta=beta,
                                                top_k=top_k, temperature=temperature, logit_mask=logit_mask)
             samples = torch.cat([samples, next_ids], dim=1)

@@ -13,6 +13,7 @@ from torch import nn
 
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.blocks import capture_head_input
+from rlkit_accelerate.models.cache_name import output_cache
 from rlkit_accelerate.models.heads import freeze_trunk
 from rlkit_accelerate.models.ilql_heads import ILQLHeads, ILQLOutput, q_guided_step, stop_tokens
 from rlkit_accelerate.models.loading import load_saved_heads, load_seq2seq_lm, save_heads, substate
@@ -77,7 +78,7 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
                 use_cache=use_cache,
             )
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
-        return ILQLOutput(out.logits, qs, target_qs, vs, out.past_key_values if use_cache else None)
+        return ILQLOutput(out.logits, qs, target_qs, vs, output_cache(out) if use_cache else None)
 
     _heads_forward = forward  # generation's forward, kept when a subclass (trlX's API) redefines forward
 
@@ -126,7 +127,7 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
         for _ in range(max_new_tokens):
             out = self._heads_forward(attention_mask=attention_mask, decoder_input_ids=step_ids, encoder_outputs=encoder_outputs,
                                past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            cache = out.past_key_values  # rlkit's ILQLOutput
             next_ids, finished = q_guided_step(out, last_tokens, finished, eos_ids, pad_token_id, beta=beta,
                                                top_k=top_k, temperature=temperature, logit_mask=logit_mask)
             new_tokens.append(next_ids)

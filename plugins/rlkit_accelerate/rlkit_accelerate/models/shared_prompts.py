@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from rlkit_accelerate.models.adapters import is_peft_model
+from rlkit_accelerate.models.cache_name import output_cache
 from rlkit_methods.data.padding import position_ids_from_mask
 
 # what makes generate feed rows other than one per prompt row, or bring its own cache
@@ -70,9 +71,7 @@ def prefill(lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
     ids, mask = input_ids[groups.first], attention_mask[groups.first]
     out = lm(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=True,
              logits_to_keep=1)
-    cache = getattr(out, "past_key_values", None)
-    if cache is None:
-        cache = getattr(out, "cache", None)  # the name from transformers 5.24
+    cache = output_cache(out)
     if cache is None or not hasattr(cache, "reorder_cache"):
         return None
     cache.reorder_cache(groups.group.to(ids.device))  # index_select per layer: differentiable

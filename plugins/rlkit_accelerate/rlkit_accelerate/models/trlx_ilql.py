@@ -13,6 +13,7 @@ import torch
 from transformers.utils import ModelOutput
 
 from rlkit_accelerate.models.blocks import capture_head_input, position_ids_from_mask
+from rlkit_accelerate.models.cache_name import RENAMED, output_cache
 from rlkit_accelerate.models.ilql_heads import CausalLMWithILQLHeads
 from rlkit_accelerate.models.seq2seq_ilql import Seq2SeqLMWithILQLHeads
 from rlkit_accelerate.models.trlx_base import TrlxWrapper
@@ -22,7 +23,10 @@ from rlkit_accelerate.models.trlx_ppo import _given, _with_peft
 @dataclass
 class CausalILQLOutput(ModelOutput):
     logits: Optional[torch.FloatTensor] = None
-    past_key_values: Optional[Any] = None
+    if RENAMED:  # transformers >= 5.24
+        cache: Optional[Any] = None
+    else:
+        past_key_values: Optional[Any] = None
     hidden_states: Optional[tuple[torch.FloatTensor, ...]] = None
     value: Optional[torch.FloatTensor] = None
     qs: Optional[tuple[torch.FloatTensor, ...]] = None
@@ -32,7 +36,10 @@ class CausalILQLOutput(ModelOutput):
 @dataclass
 class Seq2SeqILQLOutput(ModelOutput):
     logits: Optional[torch.FloatTensor] = None
-    past_key_values: Optional[Any] = None
+    if RENAMED:  # transformers >= 5.24
+        cache: Optional[Any] = None
+    else:
+        past_key_values: Optional[Any] = None
     hidden_states: Optional[tuple[torch.FloatTensor, ...]] = None
     value: Optional[torch.FloatTensor] = None
     qs: Optional[tuple[torch.FloatTensor, ...]] = None
@@ -83,8 +90,8 @@ class AutoModelForCausalLMWithILQLHeads(_ILQLAPI, CausalLMWithILQLHeads):
             out = self.base_model(**inputs, return_dict=True)
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
         if return_dict:
-            return CausalILQLOutput(out.logits, out.get("past_key_values"), out.get("hidden_states"), vs, qs, target_qs)
-        return out.logits, qs, target_qs, vs, out.get("past_key_values")
+            return CausalILQLOutput(out.logits, output_cache(out), out.get("hidden_states"), vs, qs, target_qs)
+        return out.logits, qs, target_qs, vs, output_cache(out)
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, position_ids: Any = None,
                  past_key_values: Any = None, beta: float = 1, max_new_tokens: int = 32, max_length: int = 1024,
@@ -139,9 +146,9 @@ class AutoModelForSeq2SeqLMWithILQLHeads(_ILQLAPI, Seq2SeqLMWithILQLHeads):
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
         encoder = (out.get("encoder_last_hidden_state"), out.get("encoder_hidden_states"), out.get("encoder_attentions"))
         if return_dict:
-            return Seq2SeqILQLOutput(out.logits, out.get("past_key_values"), out.get("decoder_hidden_states"), vs, qs,
+            return Seq2SeqILQLOutput(out.logits, output_cache(out), out.get("decoder_hidden_states"), vs, qs,
                                      target_qs, encoder)
-        return out.logits, qs, target_qs, vs, out.get("past_key_values"), encoder
+        return out.logits, qs, target_qs, vs, output_cache(out), encoder
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                  decoder_attention_mask: Any = None, decoder_input_ids: torch.Tensor | None = None,

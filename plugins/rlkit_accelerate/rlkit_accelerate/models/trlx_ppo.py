@@ -21,6 +21,7 @@ from transformers.utils import ModelOutput
 
 from rlkit_accelerate.models.adapters import apply_peft, is_peft_model
 from rlkit_accelerate.models.blocks import capture_head_input, position_ids_from_mask, run_blocks, run_post
+from rlkit_accelerate.models.cache_name import CACHE_FIELD, RENAMED, output_cache
 from rlkit_accelerate.models.heads import hydra_reference
 from rlkit_accelerate.models.policy import CausalLMWithValueHead
 from rlkit_accelerate.models.seq2seq import Seq2SeqLMWithValueHead
@@ -33,7 +34,10 @@ RLKIT_FORWARD_ARGS = ("trunk", "return_hidden", "response_ids", "response_mask",
 class CausalLMOutputWithValue(ModelOutput):
     loss: Optional[torch.FloatTensor] = None
     logits: Optional[torch.FloatTensor] = None
-    past_key_values: Optional[Any] = None
+    if RENAMED:  # transformers >= 5.24
+        cache: Optional[Any] = None
+    else:
+        past_key_values: Optional[Any] = None
     hidden_states: Optional[tuple[torch.FloatTensor, ...]] = None
     attentions: Optional[tuple[torch.FloatTensor, ...]] = None
     cross_attentions: Optional[tuple[torch.FloatTensor, ...]] = None
@@ -44,7 +48,10 @@ class CausalLMOutputWithValue(ModelOutput):
 class Seq2SeqLMOutputWithValue(ModelOutput):
     loss: Optional[torch.FloatTensor] = None
     logits: Optional[torch.FloatTensor] = None
-    past_key_values: Optional[Any] = None
+    if RENAMED:  # transformers >= 5.24
+        cache: Optional[Any] = None
+    else:
+        past_key_values: Optional[Any] = None
     decoder_hidden_states: Optional[tuple[torch.FloatTensor, ...]] = None
     decoder_attentions: Optional[tuple[torch.FloatTensor, ...]] = None
     cross_attentions: Optional[tuple[torch.FloatTensor, ...]] = None
@@ -156,7 +163,7 @@ class AutoModelForCausalLMWithValueHead(_ValueHeadAPI, CausalLMWithValueHead):
             raise ValueError("num_value_layers_unfrozen > 0: the value branch needs the whole sequence, not past_key_values")
         else:
             value = CausalLMWithValueHead.forward(self, input_ids, attention_mask, position_ids).values
-        result = CausalLMOutputWithValue(logits=out.logits, past_key_values=out.get("past_key_values"),
+        result = CausalLMOutputWithValue(logits=out.logits, **{CACHE_FIELD: output_cache(out)},
                                          hidden_states=out.hidden_states, attentions=out.get("attentions"))
         if not return_dict:
             return result.to_tuple() + (value,)
