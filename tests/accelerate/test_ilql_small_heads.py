@@ -57,7 +57,7 @@ def test_embedding_heads_are_small_and_use_the_models_own_output_embedding():
     heads = model.ilql_heads
     assert isinstance(heads, EmbeddingILQLHeads)
     counts = head_parameters(heads)
-    per_q = 4 * H * H + 3 * H + V  # h -> 2h -> h, plus the per-token bias
+    per_q = 4 * H * H + 5 * H + 1 + V  # h -> 2h -> h, the per-state offset 2h -> 1, the per-token bias
     assert counts["q"] == counts["target_q"] == 2 * per_q
     mlp = head_parameters(make_ilql_heads("mlp", H, model.layout.lm_head))
     assert mlp["q"] == 2 * (2 * H * H + 2 * H + 2 * H * V + V) and counts["q"] < mlp["q"] / 5
@@ -67,12 +67,14 @@ def test_embedding_heads_are_small_and_use_the_models_own_output_embedding():
     b = batch()
     out = model(b.input_ids, b.attention_mask, states_ixs=b.states_ixs, actions_ixs=b.actions_ixs)
     assert out.qs[0].shape == (3, 5, V) and out.vs.shape == (3, 6, 1)
-    # Q(s, a) = E[a] . g(h_s) + b[a]
+    # Q(s, a) = c(h_s) + E[a] . g(h_s) + b[a]
     head = heads.q_heads[0]
     with torch.no_grad():
         head.bias.normal_()
+        head.features[2].weight.normal_()
     hidden = torch.randn(2, H)
-    expected = head.features(hidden) @ lm_weight.T + head.bias
+    inner = head.features[1](head.features[0](hidden))
+    expected = head.offset(inner) + head.features(hidden) @ lm_weight.T + head.bias
     torch.testing.assert_close(head(hidden), expected)
 
     # the Q loss does not move the output embedding through the Q heads' read-out
@@ -80,6 +82,29 @@ def test_embedding_heads_are_small_and_use_the_models_own_output_embedding():
     head(torch.randn(2, H, requires_grad=True)).pow(2).sum().backward()
     assert lm_weight.grad is None
     assert head.features[0].weight.grad is not None and head.bias.grad is not None
+
+
+def test_untrained_embedding_heads_leave_sampling_to_the_behaviour_policy():
+    """The per-token part starts at zero: every token of a state has the same Q, so Q - V
+    shifts all logits alike and Q-guided sampling at any beta is the behaviour policy (the
+    per-state offset is trained from the start; trlX's random MLP heads add noise of std ~1
+    to each token's logit, which large betas turned into line breaks and byte pieces)."""
+    from rlkit_methods.ilql.sampling import q_guided_logits
+
+    model = CausalLMWithILQLHeads(base_model(), two_qs=True, alpha=0.1, q_heads="embedding")
+    b = batch()
+    with torch.no_grad():
+        out = model(b.input_ids, b.attention_mask, states_ixs=b.states_ixs, actions_ixs=b.actions_ixs)
+    for q in out.qs + out.target_qs:
+        assert torch.equal(q, q[..., :1].expand_as(q))  # flat over the vocabulary
+    assert out.qs[0][..., 0].std() > 0  # but not the same for every state: c(h_s) is live
+    logits, q, v = out.logits[:, -1], out.target_qs[0][:, -1], out.vs[:, -1]
+    behaviour = q_guided_logits(logits, q, v, beta=0.0, top_k=0)
+    for beta in (1.0, 16.0):
+        guided = q_guided_logits(logits, q, v, beta=beta, top_k=0)
+        torch.testing.assert_close(guided.log_softmax(-1), behaviour.log_softmax(-1))
+    loss_of(model, b).backward()  # and the per-token part gets a gradient on the first step
+    assert model.ilql_heads.q_heads[0].features[2].weight.grad.abs().sum() > 0
 
 
 def test_embedding_heads_train_and_their_targets_sync():

