@@ -118,3 +118,20 @@ def test_generate_defaults_to_config_eos_and_pad():
     samples = model.generate(input_ids, attention_mask, beta=100.0, top_k=1, max_new_tokens=5)
     assert samples.shape == (3, 10)  # everybody picked EOS (token 1) first and stopped
     assert (samples[:, 9] == TOKENS["eos_token_id"]).all()
+
+
+def test_min_new_tokens_holds_eos_back():
+    """gen_kwargs.min_new_tokens (transformers' meaning): Q-guidance that favours EOS cannot end
+    a row before that many new tokens, then may."""
+    model = CausalLMWithILQLHeads(build("gpt2", num_layers=2)).eval()
+    input_ids, attention_mask = left_padded()
+    eos = TOKENS["eos_token_id"]
+    favour_eos = torch.nn.functional.one_hot(torch.tensor(eos), VOCAB) * 50.0
+    for head in model.ilql_heads.target_q_heads:
+        set_constant_head(head, favour_eos)
+    samples = model.generate(input_ids, attention_mask, beta=100.0, top_k=1, max_new_tokens=6, min_new_tokens=3)
+    new = samples[:, input_ids.shape[1]:]
+    assert new.shape == (3, 4) and (new[:, :3] != eos).all() and (new[:, 3] == eos).all()
+    from rlkit_methods.ilql.trainer import GENERATE_ARGS
+
+    assert "min_new_tokens" in GENERATE_ARGS  # the trainer passes it through

@@ -97,13 +97,17 @@ def stop_tokens(config: Any, eos_token_id: int | list[int] | None, pad_token_id:
 
 def q_guided_step(
     out: ILQLOutput, last_tokens: torch.Tensor, finished: torch.Tensor, eos_ids: torch.Tensor, pad_token_id: int | None,
-    **sampling: Any,
+    forbid_eos: bool = False, **sampling: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample the next tokens [B, 1] from the last position of ``out`` (``sampling``: beta,
-    top_k, temperature, logit_mask); rows already ``finished`` [B] get ``pad_token_id``.
-    Returns the tokens and the updated ``finished``."""
+    top_k, temperature, logit_mask); rows already ``finished`` [B] get ``pad_token_id``;
+    ``forbid_eos``: no EOS this step (``min_new_tokens``). Returns the tokens and the updated
+    ``finished``."""
     target_q = torch.stack([q[:, -1] for q in out.target_qs]).amin(dim=0)  # [B, V], pessimistic
-    scores = q_guided_logits(out.logits[:, -1], target_q.float(), out.vs[:, -1].float(), last_tokens=last_tokens, **sampling)
+    logits = out.logits[:, -1]
+    if forbid_eos and len(eos_ids):
+        logits = logits.index_fill(-1, eos_ids, float("-inf"))
+    scores = q_guided_logits(logits, target_q.float(), out.vs[:, -1].float(), last_tokens=last_tokens, **sampling)
     next_ids = torch.multinomial(F.softmax(scores, dim=-1), num_samples=1)  # [B, 1]
     if pad_token_id is not None:
         next_ids = next_ids.masked_fill(finished.unsqueeze(-1), pad_token_id)
@@ -190,11 +194,13 @@ class CausalLMWithILQLHeads(nn.Module):
         logit_mask: torch.Tensor | None = None,
         eos_token_id: int | list[int] | None = None,
         pad_token_id: int | None = None,
+        min_new_tokens: int = 0,
     ) -> torch.Tensor:
         """Sample with pi ~ softmax(top_k(log pi_beta + beta * (min Q_target - V)) / temperature).
 
         ``logit_mask[i, j]`` True forbids token j right after token i. Each sequence stops at
-        its EOS; later positions hold ``pad_token_id``. Returns prompt + new tokens [B, T + n].
+        its EOS; later positions hold ``pad_token_id``; ``min_new_tokens`` (transformers'
+        meaning): no EOS before that many new tokens. Returns prompt + new tokens [B, T + n].
         """
         eos_ids, pad_token_id = stop_tokens(self.base_model.config, eos_token_id, pad_token_id, input_ids.device)
         if logit_mask is not None:
@@ -204,11 +210,11 @@ class CausalLMWithILQLHeads(nn.Module):
         position_ids = position_ids_from_mask(attention_mask)  # [B, T]
         samples, step_ids, cache = input_ids, input_ids, None
         finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)  # [B]
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             out = self._decode_forward(step_ids, attention_mask, position_ids, cache)
             cache = out.past_key_values  # rlkit's ILQLOutput
-            next_ids, finished = q_guided_step(out, samples[:, -1], finished, eos_ids, pad_token_id, beta=beta,
-                                               top_k=top_k, temperature=temperature, logit_mask=logit_mask)
+            next_ids, finished = q_guided_step(out, samples[:, -1], finished, eos_ids, pad_token_id, step < min_new_tokens,
+                                               beta=beta, top_k=top_k, temperature=temperature, logit_mask=logit_mask)
             samples = torch.cat([samples, next_ids], dim=1)
             if finished.all():
                 break

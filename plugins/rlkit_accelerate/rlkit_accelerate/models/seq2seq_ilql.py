@@ -98,6 +98,7 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
         eos_token_id: int | list[int] | None = None,
         pad_token_id: int | None = None,
         decoder_input_ids: torch.Tensor | None = None,
+        min_new_tokens: int = 0,
     ) -> torch.Tensor:
         """Decode with pi ~ softmax(top_k(log pi_beta + beta * (min Q_target - V)) / temperature).
 
@@ -106,7 +107,8 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
         the last prompt token (not the EOS the tokenizer appended). Each row stops at its EOS
         (later positions hold ``pad_token_id``). ``decoder_input_ids`` [B, D] (trlX's
         argument, starting with the start token) continue a given decoder prefix instead of
-        starting from the start token alone. Returns prompt + new tokens [B, T + n].
+        starting from the start token alone. ``min_new_tokens``: no EOS before that many new
+        tokens. Returns prompt + new tokens [B, T + n].
         """
         eos_ids, pad_token_id = stop_tokens(self.layout.decoder.config, eos_token_id, pad_token_id, input_ids.device)
         if attention_mask is None:
@@ -124,12 +126,12 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
             last_tokens = step_ids[:, -1]  # the prefix's last token precedes the first new one
         new_tokens, cache = [], None
         finished = torch.zeros(B, dtype=torch.bool, device=input_ids.device)  # [B]
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             out = self._heads_forward(attention_mask=attention_mask, decoder_input_ids=step_ids, encoder_outputs=encoder_outputs,
                                past_key_values=cache, use_cache=True)
             cache = out.past_key_values  # rlkit's ILQLOutput
-            next_ids, finished = q_guided_step(out, last_tokens, finished, eos_ids, pad_token_id, beta=beta,
-                                               top_k=top_k, temperature=temperature, logit_mask=logit_mask)
+            next_ids, finished = q_guided_step(out, last_tokens, finished, eos_ids, pad_token_id, step < min_new_tokens,
+                                               beta=beta, top_k=top_k, temperature=temperature, logit_mask=logit_mask)
             new_tokens.append(next_ids)
             if finished.all():
                 break
