@@ -10,11 +10,11 @@ from rlkit_core.errors import ConfigError
 
 def test_nemo_trainers_are_registered_for_their_methods(rlkit_host):
     registry = rlkit_host.registry
-    names = ("NeMoPPOTrainer", "NeMoILQLTrainer", "NeMoSFTTrainer", "NeMoGRPOTrainer", "NeMoRLOOTrainer")
+    names = ("NeMoPPOTrainer", "NeMoILQLTrainer", "NeMoSFTTrainer", "NeMoRFTTrainer", "NeMoGRPOTrainer", "NeMoRLOOTrainer")
     found = {name: registry.find("trainer", name) for name in names}
     assert {n: (s.backend, s.method) for n, s in found.items()} == {
         "NeMoPPOTrainer": ("nemo", "ppo"), "NeMoILQLTrainer": ("nemo", "ilql"), "NeMoSFTTrainer": ("nemo", "sft"),
-        "NeMoGRPOTrainer": ("nemo", "grpo"), "NeMoRLOOTrainer": ("nemo", "rloo"),
+        "NeMoRFTTrainer": ("nemo", "rft"), "NeMoGRPOTrainer": ("nemo", "grpo"), "NeMoRLOOTrainer": ("nemo", "rloo"),
     }
 
 
@@ -33,7 +33,8 @@ def test_selecting_a_nemo_trainer_without_megatron_says_what_to_install(rlkit_ho
 
 
 def test_trainers_import_from_the_package_root():
-    from rlkit_nemo import NeMoGRPOTrainer, NeMoILQLTrainer, NeMoPPOTrainer, NeMoRLOOTrainer, NeMoSFTTrainer
+    from rlkit_nemo import NeMoGRPOTrainer, NeMoILQLTrainer, NeMoPPOTrainer, NeMoRFTTrainer, NeMoRLOOTrainer, NeMoSFTTrainer
 
-    assert [c.__name__ for c in (NeMoPPOTrainer, NeMoILQLTrainer, NeMoSFTTrainer, NeMoGRPOTrainer, NeMoRLOOTrainer)] == [
-        "NeMoPPOTrainer", "NeMoILQLTrainer", "NeMoSFTTrainer", "NeMoGRPOTrainer", "NeMoRLOOTrainer"]
+    trainers = (NeMoPPOTrainer, NeMoILQLTrainer, NeMoSFTTrainer, NeMoRFTTrainer, NeMoGRPOTrainer, NeMoRLOOTrainer)
+    assert [c.__name__ for c in trainers] == [
+        "NeMoPPOTrainer", "NeMoILQLTrainer", "NeMoSFTTrainer", "NeMoRFTTrainer", "NeMoGRPOTrainer", "NeMoRLOOTrainer"]

@@ -12,12 +12,13 @@ _TRAINERS = {
     "NeMoPPOTrainer": "rlkit_nemo.trainers",
     "NeMoILQLTrainer": "rlkit_nemo.trainers",
     "NeMoSFTTrainer": "rlkit_nemo.trainers",
+    "NeMoRFTTrainer": "rlkit_nemo.trainers",
     "NeMoGRPOTrainer": "rlkit_nemo.trainers",
     "NeMoRLOOTrainer": "rlkit_nemo.trainers",
     "MegatronEngine": "rlkit_nemo.engine",
 }
 
-__all__ = ["MegatronEngine", "NeMoGRPOTrainer", "NeMoILQLTrainer", "NeMoPPOTrainer", "NeMoRLOOTrainer", "NeMoSFTTrainer", "ShuffledCyclicSequence", "megatron_trainer"]
+__all__ = ["MegatronEngine", "NeMoGRPOTrainer", "NeMoILQLTrainer", "NeMoPPOTrainer", "NeMoRFTTrainer", "NeMoRLOOTrainer", "NeMoSFTTrainer", "ShuffledCyclicSequence", "megatron_trainer"]
 
 
 def __getattr__(name):

@@ -16,9 +16,9 @@ def rlkit_register_backends():
         BackendSpec(
             "nemo",
             engine="rlkit_nemo.engine:MegatronEngine",
-            # trlX's names (NeMoPPOTrainer, NeMoILQLTrainer, NeMoSFTTrainer) and the same pattern for GRPO and RLOO
+            # trlX's names (NeMoPPOTrainer, NeMoILQLTrainer, NeMoSFTTrainer) and the same pattern for RFT, GRPO and RLOO
             trainers=[TrainerSpec(f"NeMo{m}Trainer", f"{_T}:NeMo{m}Trainer", method=m.lower())
-                      for m in ("PPO", "ILQL", "SFT", "GRPO", "RLOO")],
+                      for m in ("PPO", "ILQL", "SFT", "RFT", "GRPO", "RLOO")],
             description="NeMo 2 + megatron-core (tensor/pipeline/data parallel)",
         )
     ]

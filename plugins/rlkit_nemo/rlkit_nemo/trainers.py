@@ -8,6 +8,7 @@ from __future__ import annotations
 from rlkit_methods.grpo.trainer import GRPOTrainer, RLOOTrainer
 from rlkit_methods.ilql.trainer import ILQLTrainer
 from rlkit_methods.ppo.trainer import PPOTrainer
+from rlkit_methods.rft.trainer import RFTTrainer
 from rlkit_methods.sft.trainer import SFTTrainer
 
 from rlkit_nemo.engine import MegatronEngine
@@ -51,6 +52,12 @@ class NeMoGRPOTrainer(_NeMoPairing, GRPOTrainer):
 
 
 class NeMoRLOOTrainer(_NeMoPairing, RLOOTrainer):
+    def __init__(self, config, reward_fn=None, metric_fn=None, megatron_cfg=None, pretrained_model=None, **kwargs):
+        kwargs = self._start(config, megatron_cfg, pretrained_model, kwargs)
+        super().__init__(config, reward_fn=reward_fn, metric_fn=metric_fn, **kwargs)
+
+
+class NeMoRFTTrainer(_NeMoPairing, RFTTrainer):
     def __init__(self, config, reward_fn=None, metric_fn=None, megatron_cfg=None, pretrained_model=None, **kwargs):
         kwargs = self._start(config, megatron_cfg, pretrained_model, kwargs)
         super().__init__(config, reward_fn=reward_fn, metric_fn=metric_fn, **kwargs)
