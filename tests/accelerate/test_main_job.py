@@ -29,7 +29,7 @@ def test_the_examples_load(name, method, trainer):
 
 
 def test_the_ilql_example_sweeps_beta():
-    assert load_config(SENTIMENTS / "ilql_smollm2.yml").method.gen_kwargs["beta"] == [0, 1]
+    assert load_config(SENTIMENTS / "ilql_smollm2.yml").method.gen_kwargs["beta"] == [0, 1, 4, 16]
 
 
 def test_an_unknown_model_source_is_one_line_listing_the_known_ones(tmp_path, capsys):
