@@ -1,7 +1,7 @@
 """transformers 5.24 renamed the model outputs' ``past_key_values`` to ``cache`` (the old name
 stays, as a deprecated property and keyword). rlkit's trlX-style output classes declare, and
-its reads use, whichever name the installed transformers has, so neither warns nor loses the
-cache (``ModelOutput.get("past_key_values")`` finds nothing under 5.24)."""
+its reads and model calls use, whichever name the installed transformers has, so nothing
+warns or loses the cache (``ModelOutput.get("past_key_values")`` finds nothing under 5.24)."""
 
 from __future__ import annotations
 

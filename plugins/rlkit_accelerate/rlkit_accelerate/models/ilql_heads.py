@@ -21,7 +21,7 @@ from rlkit_methods.ilql.losses import batched_index_select
 from rlkit_methods.ilql.sampling import q_guided_logits, sync_target
 
 from rlkit_accelerate.models.blocks import capture_head_input, find_layout, position_ids_from_mask
-from rlkit_accelerate.models.cache_name import output_cache
+from rlkit_accelerate.models.cache_name import CACHE_FIELD, output_cache
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import freeze_trunk, make_head
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
@@ -163,7 +163,7 @@ class CausalLMWithILQLHeads(nn.Module):
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=past_key_values,
+                **{CACHE_FIELD: past_key_values},
                 use_cache=use_cache,
             )
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
@@ -175,7 +175,7 @@ class CausalLMWithILQLHeads(nn.Module):
         """One decoding step: the LM logits, target Qs and V at the last position only."""
         with capture_head_input(self.layout.lm_head) as captured:
             out = self.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                  past_key_values=past_key_values, use_cache=True)
+                                  **{CACHE_FIELD: past_key_values}, use_cache=True)
         target_qs, vs = self.ilql_heads.decode(captured["hidden"])
         return ILQLOutput(out.logits[:, -1:], (), target_qs, vs, output_cache(out))
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.blocks import capture_head_input
-from rlkit_accelerate.models.cache_name import output_cache
+from rlkit_accelerate.models.cache_name import CACHE_FIELD, output_cache
 from rlkit_accelerate.models.heads import freeze_trunk
 from rlkit_accelerate.models.ilql_heads import ILQLHeads, ILQLOutput, q_guided_step, stop_tokens
 from rlkit_accelerate.models.loading import load_saved_heads, load_seq2seq_lm, save_heads, substate
@@ -74,7 +74,7 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
                 decoder_input_ids=decoder_input_ids,
                 decoder_attention_mask=decoder_attention_mask,
                 encoder_outputs=encoder_outputs,
-                past_key_values=past_key_values,
+                **{CACHE_FIELD: past_key_values},
                 use_cache=use_cache,
             )
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)

@@ -24,11 +24,11 @@ import torch
 from torch import nn
 
 from rlkit_accelerate.models.adapters import is_peft_model
-from rlkit_accelerate.models.cache_name import output_cache
+from rlkit_accelerate.models.cache_name import CACHE_FIELD, output_cache
 from rlkit_methods.data.padding import position_ids_from_mask
 
 # what makes generate feed rows other than one per prompt row, or bring its own cache
-NOT_SHARED = ("past_key_values", "assistant_model", "prompt_lookup_num_tokens", "penalty_alpha", "inputs_embeds")
+NOT_SHARED = ("past_key_values", "cache", "assistant_model", "prompt_lookup_num_tokens", "penalty_alpha", "inputs_embeds")
 
 
 @dataclass
@@ -94,7 +94,7 @@ def generate_sharing_prompts(model: nn.Module, input_ids: torch.Tensor, attentio
         cache = prefill(model, input_ids[:, :-1], attention_mask[:, :-1], groups)
     if cache is None:
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-    return model.generate(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, **kwargs)
+    return model.generate(input_ids=input_ids, attention_mask=attention_mask, **{CACHE_FIELD: cache}, **kwargs)
 
 
 def response_logits_sharing_prompts(lm: nn.Module, query: torch.Tensor, query_mask: torch.Tensor,
@@ -114,4 +114,4 @@ def response_logits_sharing_prompts(lm: nn.Module, query: torch.Tensor, query_ma
     ids = torch.cat([query[:, -1:], response[:, :-1]], dim=1)  # (B, R)
     mask = torch.cat([query_mask, response_mask[:, :-1]], dim=1)  # (B, Q + R - 1): the cache's keys, then these
     position_ids = position_ids_from_mask(mask)[:, Q - 1:]
-    return lm(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=True).logits
+    return lm(input_ids=ids, attention_mask=mask, position_ids=position_ids, **{CACHE_FIELD: cache}, use_cache=True).logits

@@ -13,7 +13,7 @@ import torch
 from transformers.utils import ModelOutput
 
 from rlkit_accelerate.models.blocks import capture_head_input, position_ids_from_mask
-from rlkit_accelerate.models.cache_name import RENAMED, output_cache
+from rlkit_accelerate.models.cache_name import CACHE_FIELD, RENAMED, output_cache
 from rlkit_accelerate.models.ilql_heads import CausalLMWithILQLHeads
 from rlkit_accelerate.models.seq2seq_ilql import Seq2SeqLMWithILQLHeads
 from rlkit_accelerate.models.trlx_base import TrlxWrapper
@@ -85,7 +85,7 @@ class AutoModelForCausalLMWithILQLHeads(_ILQLAPI, CausalLMWithILQLHeads):
         if position_ids is None and attention_mask is not None and past_key_values is None:
             position_ids = position_ids_from_mask(attention_mask)
         inputs = _given(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                        past_key_values=past_key_values, use_cache=use_cache, output_hidden_states=output_hidden_states)
+                        **{CACHE_FIELD: past_key_values}, use_cache=use_cache, output_hidden_states=output_hidden_states)
         with capture_head_input(self.layout.lm_head) as captured:
             out = self.base_model(**inputs, return_dict=True)
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)

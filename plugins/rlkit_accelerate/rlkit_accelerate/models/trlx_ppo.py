@@ -153,7 +153,7 @@ class AutoModelForCausalLMWithValueHead(_ValueHeadAPI, CausalLMWithValueHead):
         if position_ids is None and attention_mask is not None and past_key_values is None and inputs_embeds is None:
             position_ids = position_ids_from_mask(attention_mask)
         inputs = _given(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, head_mask=head_mask,
-                        past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
+                        **{CACHE_FIELD: past_key_values}, inputs_embeds=inputs_embeds, use_cache=use_cache,
                         output_attentions=output_attentions)
         with capture_head_input(self.layout.lm_head) as captured, self._adapters_off(bool(ignore_peft_adapter)):
             out = self.base_model(**inputs, output_hidden_states=True, return_dict=True)
@@ -253,7 +253,7 @@ class AutoModelForSeq2SeqLMWithValueHead(_ValueHeadAPI, Seq2SeqLMWithValueHead):
             return Seq2SeqLMWithValueHead.forward(self, input_ids, attention_mask, **rlkit_args)
         inputs = _given(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
                         decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-                        past_key_values=past_key_values, inputs_embeds=inputs_embeds, head_mask=head_mask,
+                        **{CACHE_FIELD: past_key_values}, inputs_embeds=inputs_embeds, head_mask=head_mask,
                         decoder_inputs_embeds=decoder_inputs_embeds, decoder_head_mask=decoder_head_mask,
                         cross_attn_head_mask=cross_attn_head_mask, use_cache=use_cache, output_attentions=output_attentions)
         with capture_head_input(self.layout.lm_head) as captured, self._adapters_off(bool(ignore_peft_adapter)):
