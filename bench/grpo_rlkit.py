@@ -94,9 +94,11 @@ def main() -> None:
                                  ("forward_reference", "rollout/reference", "train/reference (unexpected)")):
         if hasattr(model, name):  # the hydra model's parts; a plain LM has none of them
             timer.wrap(model, name, grad_phase(rollout, train))
-    if hasattr(model, "_response_logits_sharing_prompts"):  # unfrozen=-1: the policy and reference passes
-        timer.wrap(model, "_response_logits_sharing_prompts", grad_phase("rollout/shared-prompt passes",
-                                                                         "train/forward (shared prompts)"))
+    if hasattr(model, "shares_prompts"):  # unfrozen=-1: the policy and reference passes
+        import rlkit_accelerate.models.policy as policy_module
+
+        timer.wrap(policy_module, "response_logits_sharing_prompts",
+                   grad_phase("rollout/shared-prompt passes", "train/forward (shared prompts)"))
     timer.wrap(engine.accelerator, "backward", "train/backward")
     timer.wrap(engine.opt, "step", "train/optimizer")
     trainer.save = lambda *a, **k: None  # learn() checkpoints at its last step: disk, not GRPO

@@ -197,8 +197,9 @@ class CausalLMWithValueHead(nn.Module):
         predicting each response token and values [B, R] of the states before them;
         ``trunk_hidden`` (see ``caches_trunk``) replaces running the frozen trunk."""
         if response_ids is not None:
-            if not return_hidden and trunk_hidden is None:
-                shared = self._response_logits_sharing_prompts(self.base_model, input_ids, attention_mask, response_ids, response_mask)
+            groups = None if return_hidden or trunk_hidden is not None else self._groups_to_share(input_ids, attention_mask, response_mask)
+            if groups is not None:
+                shared = response_logits_sharing_prompts(self.base_model, input_ids, attention_mask, response_ids, response_mask, groups)
                 if shared is not None:
                     return PolicyOutput(logits=shared, values=None)
             input_ids, attention_mask = _join(input_ids, attention_mask, response_ids, response_mask)
@@ -241,27 +242,25 @@ class CausalLMWithValueHead(nn.Module):
         return (self.branch_index == 0 and self.v_head is None and self.value_branch is None
                 and not self.uses_adapters and plain_causal_lm(self.base_model))
 
-    def _response_logits_sharing_prompts(self, lm, query, query_mask, response, response_mask) -> torch.Tensor | None:
+    def _groups_to_share(self, query, query_mask, response_mask):
+        """The prompt groups a response pass may share, None if it runs every row."""
         if query_mask is None or response_mask is None or not self.shares_prompts():
             return None
-        groups = prompt_groups(query, query_mask)
-        if groups is None:
-            return None
-        return response_logits_sharing_prompts(lm, query, query_mask, response, response_mask, groups)
+        return prompt_groups(query, query_mask)
 
     def _score_sharing_prompts(self, query, query_mask, response, response_mask, policy: bool):
         """score_rollout's outputs with each distinct prompt run once; None where not shared."""
-        reference = None
-        if self.reference is not None:
-            reference = self._response_logits_sharing_prompts(self.reference, query, query_mask, response, response_mask)
-            if reference is None:
-                return None
-        logits = None
-        if policy:
-            logits = self._response_logits_sharing_prompts(self.base_model, query, query_mask, response, response_mask)
-            if logits is None:
-                return None
-        return PolicyOutput(logits=logits, values=None), reference
+        groups = self._groups_to_share(query, query_mask, response_mask)
+        if groups is None:
+            return None
+        models = {"reference": self.reference, "policy": self.base_model if policy else None}
+        logits = {}
+        for name, lm in models.items():
+            if lm is not None:
+                logits[name] = response_logits_sharing_prompts(lm, query, query_mask, response, response_mask, groups)
+                if logits[name] is None:
+                    return None
+        return PolicyOutput(logits=logits.get("policy"), values=None), logits.get("reference")
 
     @torch.no_grad()
     def forward_reference(
