@@ -55,4 +55,7 @@ if rank == 0:
     a = reloaded(input_ids=check, attention_mask=torch.ones_like(check))
     b = plain(input_ids=check, attention_mask=torch.ones_like(check))
     torch.save({"logits": (a.logits - b.logits).abs().max(), "values": (a.values - b.values).abs().max()}, out / "export_diff.pt")
+# both ranks leave together: a rank that tore gloo down while rank 0 still checked the export
+# once aborted rank 0 ("terminate called without an active exception")
+dist.barrier()
 dist.destroy_process_group()
