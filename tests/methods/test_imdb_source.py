@@ -59,3 +59,21 @@ def test_samples_split_into_prompt_and_output_like_the_eval_prompts():
         assert len(prompt.split()) == 4 and output.startswith(" ") and prompt + output == w["sample"]
     with pytest.raises(ValueError, match="prompt_words: must be in"):
         imdb.imdb_samples(n=4, max_words=4, prompt_words=4)
+
+
+def test_vader_rewards_score_the_output_part_as_the_sentiment_metric_does():
+    from rlkit_methods.rewards.vader import vader_metric
+
+    labelled = imdb.imdb_samples(n=20, max_words=16, seed=3, prompt_words=4)
+    scored = imdb.imdb_samples(n=20, max_words=16, seed=3, prompt_words=4, reward="vader")
+    assert [s["sample"] for s in scored] == [s["sample"] for s in labelled]  # same reviews, same split
+    outputs = [s["sample"][1] for s in scored]
+    assert [s["reward"] for s in scored] == vader_metric()(outputs, None, outputs)["sentiment"]
+    # the prompt words are not scored
+    assert [s["reward"] for s in scored] != vader_metric()([p + o for p, o in (s["sample"] for s in scored)])["sentiment"]
+    assert len({s["reward"] for s in scored}) > 2 and all(-1 <= s["reward"] <= 1 for s in scored)
+    whole = imdb.imdb_samples(n=6, max_words=16, seed=3, reward="vader")  # no prompt: the whole review
+    assert [s["reward"] for s in whole] == vader_metric()([s["sample"] for s in whole])["sentiment"]
+    assert [s["reward"] for s in imdb.imdb_samples(n=6, max_words=16, seed=3)] != [s["reward"] for s in whole]
+    with pytest.raises(ValueError, match="reward: must be one of label, vader"):
+        imdb.imdb_samples(n=4, reward="stars")

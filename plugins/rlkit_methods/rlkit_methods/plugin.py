@@ -57,7 +57,8 @@ def rlkit_register_pipelines():
         PipelineSpec("imdb_prompts", f"{_M}.data.imdb:imdb_prompts", kind="source",
                      description="first words of IMDB reviews (n, words, seed, label, source)"),
         PipelineSpec("imdb_samples", f"{_M}.data.imdb:imdb_samples", kind="source",
-                     description="IMDB reviews with their 0/1 labels as rewards (n, max_words, seed, prompt_words)"),
+                     description="IMDB reviews with their 0/1 labels (or reward: vader, VADER of the output part) "
+                                 "as rewards (n, max_words, seed, prompt_words, reward)"),
         PipelineSpec("randomwalks_prompts", f"{_M}.rewards.randomwalks:randomwalks_prompts", kind="source",
                      description="start letters of trlX's randomwalks task (seed, n_nodes, ...)"),
         PipelineSpec("randomwalks_walks", f"{_M}.rewards.randomwalks:randomwalks_walks", kind="source",

