@@ -3,6 +3,7 @@
 the same random numbers for every beta.
 
     python bench/ilql_imdb_eval.py CHECKPOINT/hf_model [--betas 0,1,4,16] [--repeats 8] [--min-new-tokens 16]
+        [--behaviour-top-k 20]
 
 The loop's evaluation draws each beta's 32 continuations from one random stream, one beta
 after the other, so two betas differ by sampling noise as well as by the guidance: with Q
@@ -30,6 +31,8 @@ def main() -> int:
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--min-new-tokens", type=int, default=0)
     p.add_argument("--top-k", type=int, default=20)
+    p.add_argument("--behaviour-top-k", type=int, default=0,
+                   help="gen_kwargs.behaviour_top_k: k > 0 samples only among the behaviour policy's top k (0: trlX's rule)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
@@ -53,7 +56,8 @@ def main() -> int:
     for beta in [float(b) for b in args.betas.split(",")]:
         torch.manual_seed(args.seed)  # the same random numbers for every beta
         out = model.generate(input_ids, attention_mask, beta=beta, top_k=args.top_k, temperature=1.0,
-                             max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens)
+                             max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens,
+                             behaviour_top_k=args.behaviour_top_k)
         texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
         vader = score(texts, prompts, texts)
         rows[beta] = {"mean": statistics.fmean(vader), "se": statistics.stdev(vader) / len(vader) ** 0.5,

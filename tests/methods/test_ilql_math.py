@@ -179,3 +179,33 @@ def test_topk_mask_keeps_k_largest():
     out = topk_mask(torch.tensor([[1.0, 5.0, 3.0, 4.0]]), 2)
     assert out.tolist() == [[-math.inf, 5.0, -math.inf, 4.0]]
     assert topk_mask(torch.tensor([[1.0, 2.0]]), 0).tolist() == [[1.0, 2.0]]
+
+
+def test_behaviour_top_k_keeps_guidance_among_the_behaviour_policy_s_tokens():
+    """A Q that favours a token the behaviour policy ranks last: trlX's rule (top-k after adding
+    beta * (Q - V)) puts it first at large beta; behaviour_top_k never lets it in."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 12, generator=g)
+    outsider = logits.argmin(dim=-1)  # (B,): least likely under pi_beta
+    qs = torch.nn.functional.one_hot(outsider, 12).float() * 3.0
+    vs = torch.zeros(4)
+    trlx = q_guided_logits(logits, qs, vs, beta=100.0, top_k=3)
+    assert torch.equal(trlx.argmax(dim=-1), outsider)
+    kept = topk_mask(logits, 3) != -math.inf  # pi_beta's 3 most likely tokens
+    for beta in (0.0, 1.0, 100.0, 1e6):
+        out = q_guided_logits(logits, qs, vs, beta=beta, top_k=3, behaviour_top_k=3)
+        assert torch.equal(out != -math.inf, kept)  # the same candidates at every beta
+        assert (out.gather(1, outsider[:, None]) == -math.inf).all()
+    # behaviour_top_k 0 is trlX's rule, bit for bit; at beta 0 both rules are pi_beta's top-k
+    assert torch.equal(q_guided_logits(logits, qs, vs, beta=2.0, top_k=3, behaviour_top_k=0),
+                       q_guided_logits(logits, qs, vs, beta=2.0, top_k=3))
+    assert torch.equal(q_guided_logits(logits, qs, vs, beta=0.0, top_k=3, behaviour_top_k=3),
+                       q_guided_logits(logits, qs, vs, beta=0.0, top_k=3))
+    # within the kept tokens the guidance still reorders: a favoured kept token wins at large beta
+    favoured = logits.topk(3, dim=-1).indices[:, -1]  # pi_beta's 3rd most likely
+    qs2 = torch.nn.functional.one_hot(favoured, 12).float() * 3.0
+    out = q_guided_logits(logits, qs2, vs, beta=100.0, top_k=3, behaviour_top_k=3)
+    assert torch.equal(out.argmax(dim=-1), favoured)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="behaviour_top_k: must be an integer >= 0"):
+            q_guided_logits(logits, qs, vs, behaviour_top_k=bad)

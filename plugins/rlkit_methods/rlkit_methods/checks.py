@@ -12,7 +12,7 @@ import inspect
 from typing import Any, Callable
 
 # what rlkit's own generate takes beside transformers' settings (ILQL's guidance)
-RLKIT_GENERATE_ARGS = {"beta", "logit_mask"}
+RLKIT_GENERATE_ARGS = {"beta", "logit_mask", "behaviour_top_k"}
 # model inputs generate() passes through to the forward pass
 MODEL_INPUTS = {"attention_mask", "position_ids", "token_type_ids", "use_cache", "decoder_attention_mask"}
 

@@ -135,3 +135,30 @@ def test_min_new_tokens_holds_eos_back():
     from rlkit_methods.ilql.trainer import GENERATE_ARGS
 
     assert "min_new_tokens" in GENERATE_ARGS  # the trainer passes it through
+
+
+def test_behaviour_top_k_never_samples_outside_the_behaviour_policy_s_top_k():
+    """gen_kwargs.behaviour_top_k: a target Q that favours EOS, which the behaviour policy
+    does not rank in its top 2 at the first step: trlX's rule (default) ends every row at
+    once at large beta; with behaviour_top_k 2 no row samples it there."""
+    model = CausalLMWithILQLHeads(build("gpt2", num_layers=2)).eval()
+    input_ids, attention_mask = left_padded()
+    eos = TOKENS["eos_token_id"]
+    with torch.no_grad():
+        first = model(input_ids, attention_mask).logits[:, -1]  # [B, V]
+    top2 = first.topk(2, dim=-1).indices
+    assert not (top2 == eos).any()  # EOS is outside pi_beta's top 2 for every row
+    favour_eos = torch.nn.functional.one_hot(torch.tensor(eos), VOCAB) * 50.0
+    for head in model.ilql_heads.target_q_heads:
+        set_constant_head(head, favour_eos)
+    torch.manual_seed(0)
+    trlx = model.generate(input_ids, attention_mask, beta=100.0, top_k=2, max_new_tokens=3)
+    assert (trlx[:, input_ids.shape[1]] == eos).all()
+    for seed in range(5):
+        torch.manual_seed(seed)
+        steered = model.generate(input_ids, attention_mask, beta=100.0, top_k=2, max_new_tokens=3, behaviour_top_k=2)
+        new = steered[:, input_ids.shape[1]]
+        assert (new[:, None] == top2).any(dim=-1).all()  # one of pi_beta's 2 most likely, never EOS
+    from rlkit_methods.ilql.trainer import GENERATE_ARGS
+
+    assert "behaviour_top_k" in GENERATE_ARGS  # the trainer passes it through

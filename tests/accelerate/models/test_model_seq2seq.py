@@ -227,3 +227,21 @@ def test_frozen_trunk_is_computed_once_and_the_top_alone_trains(unfrozen):
     assert torch.equal(out.logits, policy(query, q_mask, response, r_mask).logits)
     out.values.sum().backward()
     assert policy.v_head[0].weight.grad is not None
+
+
+def test_ilql_behaviour_top_k_on_the_decoder():
+    """behaviour_top_k 1: whatever Q favours, each step is the behaviour policy's greedy token
+    (beta 0, top_k 1); without it the guided token wins (trlX's rule)."""
+    query, q_mask, _, _ = batch()
+    model = Seq2SeqLMWithILQLHeads(t5()).eval()
+    greedy = model.generate(query, q_mask, beta=0.0, top_k=1, max_new_tokens=4, eos_token_id=1)
+    assert not (greedy[:, 7:] == 9).any()
+    favourite = torch.full((VOCAB,), -5.0)
+    favourite[9] = 50.0
+    with torch.no_grad():
+        for head in model.ilql_heads.target_q_heads:
+            head[-1].weight.zero_()
+            head[-1].bias.copy_(favourite)
+    assert (model.generate(query, q_mask, beta=10.0, top_k=1, max_new_tokens=4, eos_token_id=1)[:, 7:] == 9).all()
+    kept = model.generate(query, q_mask, beta=10.0, top_k=5, max_new_tokens=4, eos_token_id=1, behaviour_top_k=1)
+    assert torch.equal(kept, greedy)

@@ -100,7 +100,7 @@ def q_guided_step(
     forbid_eos: bool = False, **sampling: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample the next tokens [B, 1] from the last position of ``out`` (``sampling``: beta,
-    top_k, temperature, logit_mask); rows already ``finished`` [B] get ``pad_token_id``;
+    top_k, temperature, logit_mask, behaviour_top_k); rows already ``finished`` [B] get ``pad_token_id``;
     ``forbid_eos``: no EOS this step (``min_new_tokens``). Returns the tokens and the updated
     ``finished``."""
     target_q = torch.stack([q[:, -1] for q in out.target_qs]).amin(dim=0)  # [B, V], pessimistic
@@ -195,12 +195,16 @@ class CausalLMWithILQLHeads(nn.Module):
         eos_token_id: int | list[int] | None = None,
         pad_token_id: int | None = None,
         min_new_tokens: int = 0,
+        behaviour_top_k: int = 0,
     ) -> torch.Tensor:
         """Sample with pi ~ softmax(top_k(log pi_beta + beta * (min Q_target - V)) / temperature).
 
         ``logit_mask[i, j]`` True forbids token j right after token i. Each sequence stops at
         its EOS; later positions hold ``pad_token_id``; ``min_new_tokens`` (transformers'
-        meaning): no EOS before that many new tokens. Returns prompt + new tokens [B, T + n].
+        meaning): no EOS before that many new tokens. ``behaviour_top_k`` k > 0: only pi_beta's
+        k most likely tokens can be sampled (the top-k of log pi_beta before the guidance is
+        added; :func:`~rlkit_methods.ilql.sampling.q_guided_logits`). Returns prompt + new
+        tokens [B, T + n].
         """
         eos_ids, pad_token_id = stop_tokens(self.base_model.config, eos_token_id, pad_token_id, input_ids.device)
         if logit_mask is not None:
@@ -214,7 +218,8 @@ class CausalLMWithILQLHeads(nn.Module):
             out = self._decode_forward(step_ids, attention_mask, position_ids, cache)
             cache = out.past_key_values  # rlkit's ILQLOutput
             next_ids, finished = q_guided_step(out, samples[:, -1], finished, eos_ids, pad_token_id, step < min_new_tokens,
-                                               beta=beta, top_k=top_k, temperature=temperature, logit_mask=logit_mask)
+                                               beta=beta, top_k=top_k, temperature=temperature, logit_mask=logit_mask,
+                                               behaviour_top_k=behaviour_top_k)
             samples = torch.cat([samples, next_ids], dim=1)
             if finished.all():
                 break

@@ -99,6 +99,7 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
         pad_token_id: int | None = None,
         decoder_input_ids: torch.Tensor | None = None,
         min_new_tokens: int = 0,
+        behaviour_top_k: int = 0,
     ) -> torch.Tensor:
         """Decode with pi ~ softmax(top_k(log pi_beta + beta * (min Q_target - V)) / temperature).
 
@@ -108,7 +109,8 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
         (later positions hold ``pad_token_id``). ``decoder_input_ids`` [B, D] (trlX's
         argument, starting with the start token) continue a given decoder prefix instead of
         starting from the start token alone. ``min_new_tokens``: no EOS before that many new
-        tokens. Returns prompt + new tokens [B, T + n].
+        tokens; ``behaviour_top_k`` k > 0: only pi_beta's k most likely tokens can be sampled.
+        Returns prompt + new tokens [B, T + n].
         """
         eos_ids, pad_token_id = stop_tokens(self.layout.decoder.config, eos_token_id, pad_token_id, input_ids.device)
         if attention_mask is None:
@@ -131,7 +133,8 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
                                past_key_values=cache, use_cache=True)
             cache = out.past_key_values  # rlkit's ILQLOutput
             next_ids, finished = q_guided_step(out, last_tokens, finished, eos_ids, pad_token_id, step < min_new_tokens,
-                                               beta=beta, top_k=top_k, temperature=temperature, logit_mask=logit_mask)
+                                               beta=beta, top_k=top_k, temperature=temperature, logit_mask=logit_mask,
+                                               behaviour_top_k=behaviour_top_k)
             new_tokens.append(next_ids)
             if finished.all():
                 break

@@ -25,6 +25,7 @@ def q_guided_logits(
     temperature: float = 1.0,
     logit_mask: torch.Tensor | None = None,
     last_tokens: torch.Tensor | None = None,
+    behaviour_top_k: int = 0,
 ) -> torch.Tensor:
     """Logits to sample the next token from (softmax of them is the policy)::
 
@@ -34,9 +35,19 @@ def q_guided_logits(
     target heads), ``vs`` is (B,) or (B, 1). ``logit_mask`` (V, V) is trlX's: entry
     ``[previous_token, token]`` True forbids ``token`` after ``previous_token``; it needs
     ``last_tokens`` (B,), the previous token of each row.
+
+    ``behaviour_top_k`` k > 0 (rlkit's; 0, the default, is trlX's rule above): only the
+    behaviour policy's k most likely tokens can be sampled; the guidance reorders them::
+
+        pi(a | s) ∝ exp( topk( topk_k(log pi_beta(. | s))_a + beta * (Q(s, a) - V(s)) ) / temperature )
+
+    trlX's top-k comes after adding beta * (Q - V), so at large beta a token the data never
+    showed, whose Q is an extrapolation, can outrank every token the behaviour policy writes.
     """
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0, got {temperature}")
+    if isinstance(behaviour_top_k, bool) or not isinstance(behaviour_top_k, int) or behaviour_top_k < 0:
+        raise ValueError(f"behaviour_top_k: must be an integer >= 0 (0: off), got {behaviour_top_k!r}")
     if vs.dim() == 1:
         vs = vs.unsqueeze(-1)  # (B, 1)
     if logit_mask is not None:
@@ -45,7 +56,7 @@ def q_guided_logits(
         forbidden = logit_mask.to(logits.device)[last_tokens.to(logit_mask.device)].bool()  # (B, V)
         logits = logits.masked_fill(forbidden, float("-inf"))
     adv = qs - vs  # (B, V)
-    pi_beta = torch.log_softmax(logits.float(), dim=-1)  # (B, V)
+    pi_beta = topk_mask(torch.log_softmax(logits.float(), dim=-1), behaviour_top_k)  # (B, V)
     return topk_mask(pi_beta + beta * adv, top_k) / temperature
 
 

@@ -12,7 +12,8 @@ from rlkit_methods.loop.offline import OfflineTrainer
 
 # what Q-guided decoding takes (trlX's ILQL generate)
 GENERATE_ARGS = ("beta", "top_k", "temperature", "max_new_tokens", "logit_mask", "eos_token_id", "pad_token_id",
-                 "min_new_tokens")  # min_new_tokens: rlkit's, transformers' meaning (no EOS before that many)
+                 "min_new_tokens",  # rlkit's, transformers' meaning (no EOS before that many)
+                 "behaviour_top_k")  # rlkit's: only the behaviour policy's top k tokens (q_guided_logits)
 
 
 class ILQLTrainer(OfflineTrainer):
