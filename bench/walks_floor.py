@@ -1,0 +1,422 @@
+"""The compute floor of the randomwalks cases: how much of each side's training step is the
+model's own forward + backward + optimizer, at exactly the bench's shapes.
+
+    .venv/bin/python bench/walks_floor.py [--cases ilql,sft,walks-ppo] [--rounds 2] [--steps 5]
+        [--trlx-python bench/.venv-trlx/bin/python] [--trlx-src DIR] [--walks-start FOLDER] [--json PATH]
+
+For each case, worker processes alternate rlkit / trlX (``--rounds`` each, in rlkit's
+``.venv`` with transformers 5 and in ``bench/.venv-trlx`` with transformers 4.32). A worker
+builds its side's trainer exactly as the bench's worker does (``walks_rlkit.py`` /
+``walks_trlx.py``, stopped where ``learn`` would start: the store and, for PPO, the first
+rollouts are made), takes the first pass's real batches, and times, in rounds of ``--steps``
+steps each (CPU time of the process, one thread):
+
+- ``side step``: the side's own training step (rlkit: ``trainer.train_step``, collation
+  included, then ``after_optimizer_step``, e.g. ILQL's target-Q sync; trlX: its ``learn``
+  loop body: the next batch of its dataloader, ``loss``, ``accelerator.backward``,
+  ``opt.step``, ``zero_grad``, ``scheduler.step``). Not included on either side: the loop's
+  per-step logging and progress bar (the bench's per-run CPU s / steps has them);
+- ``bare step``: a plain ``GPT2LMHeadModel`` of the same config in the same venv, forward on the
+  batch's ``input_ids`` / ``attention_mask``, token cross-entropy, backward, AdamW with the
+  side's optimizer settings (``fused=True`` where the side uses it: rlkit);
+- ``bare, fused GELU``: the same with rlkit's one-kernel GELU (``rlkit_accelerate/kernels.py``,
+  the same arithmetic to 5e-7), as rlkit runs the model;
+- ``bare, fused GELU, no mask``: the same rows with an all-ones attention mask (the attention
+  path a batch without padding may take);
+- ``bare, fused GELU, unpadded``: the batch's real tokens only, packed into full rows of the
+  padded length (``floor(real / length)`` rows, no pad): what a step would cost if no position
+  were padding.
+
+Only full-size batches are timed (PPO's 128 rollouts make batches of 100 and 28). The table
+gives min and median ms per step, each variant's share of the side's step (medians), and the
+padding share of the batches. The best rlkit / trlX step ratio possible at the same
+arithmetic is trlX's step over rlkit's cheapest padded bare step (``best_ratio``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+CASES = ("ilql", "sft", "walks-ppo")
+VARIANTS = ("side step", "bare step", "bare, fused GELU", "bare, fused GELU, no mask", "bare, fused GELU, unpadded")
+
+
+class Captured(Exception):
+    """Raised in place of ``learn``: carries the trainer out of ``train()`` before any step."""
+
+    def __init__(self, trainer: Any) -> None:
+        super().__init__("trainer captured before learn")
+        self.trainer = trainer
+
+
+# --- batches (both venvs) -------------------------------------------------------------------
+
+
+def model_inputs(batch: Any, pad_id: int):
+    """``(input_ids, attention_mask)`` the model sees for a collated batch of either side:
+    ILQL (``.input_ids``), SFT (a mapping), PPO (query and response tensors: rlkit's
+    ``PPOTrainBatch.rollouts`` or trlX's ``PPORLBatch``; trlX masks by ``!= pad``)."""
+    import torch
+
+    batch = getattr(batch, "rollouts", batch)
+    if isinstance(batch, dict) or hasattr(batch, "keys"):
+        return batch["input_ids"], batch["attention_mask"]
+    if hasattr(batch, "query_tensors"):
+        ids = torch.cat([batch.query_tensors, batch.response_tensors], dim=1)
+        mask = getattr(batch, "attention_mask", None)
+        return ids, mask if mask is not None else ids.ne(pad_id).long()
+    return batch.input_ids, batch.attention_mask
+
+
+def padding_share(masks: list) -> float:
+    """The share of positions that are padding over a list of (B, T) attention masks."""
+    total = sum(int(m.numel()) for m in masks)
+    real = sum(int(m.sum()) for m in masks)
+    return 1.0 - real / total if total else 0.0
+
+
+def packed(input_ids, attention_mask):
+    """The batch's real tokens (row order) in full rows of its padded length, no pad:
+    ``floor(real / T)`` rows of ``T`` (the last partial row is dropped)."""
+    length = input_ids.shape[1]
+    real = input_ids[attention_mask.bool()]
+    rows = max(1, real.numel() // length)
+    return real[: rows * length].reshape(rows, length)
+
+
+def summary_ms(seconds: list[float]) -> dict[str, float]:
+    return {"min_ms": 1000 * min(seconds), "median_ms": 1000 * statistics.median(seconds), "n": len(seconds)}
+
+
+# --- the timed steps --------------------------------------------------------------------------
+
+
+def bare_model(model_config: dict[str, Any], seed: int):
+    import torch
+    import transformers
+
+    settings = dict(model_config)
+    config = transformers.AutoConfig.for_model(settings.pop("model_type"), **settings)
+    torch.manual_seed(seed)
+    return transformers.GPT2LMHeadModel(config).train()
+
+
+def bare_step(model, opt, input_ids, attention_mask) -> dict[str, float]:
+    """Forward, token cross-entropy, backward, optimizer step; CPU seconds of each part."""
+    import torch.nn.functional as F
+
+    clock = time.process_time
+    t0 = clock()
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    labels = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+    t1 = clock()
+    loss.backward()
+    t2 = clock()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    t3 = clock()
+    return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "total": t3 - t0}
+
+
+def fused_gelu(model) -> int:
+    """rlkit's GELU swap (``rlkit_accelerate/kernels.py``, loaded by path: the trlX venv has no
+    rlkit) on ``model``, so either venv can time the bare model as rlkit runs it."""
+    import importlib.util
+
+    path = BENCH.parent / "plugins" / "rlkit_accelerate" / "rlkit_accelerate" / "kernels.py"
+    loader = importlib.util.spec_from_file_location("_rlkit_kernels", path)
+    kernels = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(kernels)
+    return kernels.fuse_activations(model)
+
+
+def measure(side_step, batches: list, model_config: dict[str, Any], optimizer: dict[str, Any], fused: bool,
+            pad_id: int, rounds: int, steps: int, seed: int) -> dict[str, Any]:
+    """Rounds of ``steps`` steps of each variant, interleaved; per-step CPU seconds.
+
+    Variants: the side's step; the bare model as the venv's transformers builds it; the same
+    with rlkit's one-kernel GELU (same arithmetic to 5e-7); that on the same rows with an
+    all-ones mask (the attention path a batch without padding takes); and on the real tokens
+    only, packed into full rows."""
+    import torch
+
+    inputs = [model_inputs(b, pad_id) for b in batches]
+    ones = [(ids, torch.ones_like(mask)) for ids, mask in inputs]
+    unpadded = [(u, torch.ones_like(u)) for u in (packed(ids, mask) for ids, mask in inputs)]
+    kwargs = dict(optimizer.get("kwargs", {}))
+    kwargs["betas"] = tuple(kwargs.get("betas", (0.9, 0.999)))
+    models = {}
+    for name in ("plain", "fused"):
+        model = bare_model(model_config, seed)
+        if name == "fused" and not fused_gelu(model):
+            raise SystemExit("walks_floor: no gelu_new module to fuse in the bare model")
+        models[name] = (model, torch.optim.AdamW(model.parameters(), **kwargs, **({"fused": True} if fused else {})))
+    plan = {"side step": None, "bare step": ("plain", inputs), "bare, fused GELU": ("fused", inputs),
+            "bare, fused GELU, no mask": ("fused", ones), "bare, fused GELU, unpadded": ("fused", unpadded)}
+    rows = max(ids.shape[0] for ids, _ in inputs)
+    full = [i for i, (ids, _) in enumerate(inputs) if ids.shape[0] == rows]  # PPO: 128 rollouts are batches of 100 and 28
+    times: dict[str, list[float]] = {v: [] for v in plan}
+    parts: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
+    for name, batch_list in {v: p for v, p in plan.items() if p}.values():
+        bare_step(*models[name], *batch_list[0])  # first-call allocations, off the clock
+    for r in range(rounds):
+        for variant, how in plan.items():
+            for k in range(steps):
+                i = full[(r * steps + k) % len(full)]
+                if how is None:
+                    start = time.process_time()
+                    side_step(i)
+                    times[variant].append(time.process_time() - start)
+                    continue
+                split = bare_step(*models[how[0]], *how[1][i])
+                times[variant].append(split.pop("total"))
+                if variant == "bare, fused GELU":
+                    for part, value in split.items():
+                        parts[part].append(value)
+    return {
+        "variants": {v: summary_ms(t) for v, t in times.items()},
+        "bare_parts": {p: summary_ms(t) for p, t in parts.items()},
+        "padding_share": padding_share([inputs[i][1] for i in full]),
+        "shapes": sorted({tuple(inputs[i][0].shape) for i in full}),
+        "unpadded_shapes": sorted({tuple(unpadded[i][0].shape) for i in full}),
+        "fused_adamw": fused, "torch": torch.__version__,
+    }
+
+
+# --- the workers --------------------------------------------------------------------------------
+
+
+def captured_trainer(worker, trainer_class: type, spec: dict[str, Any], case: str):
+    """The trainer the bench worker module ``worker`` builds for ``case`` (its ``main`` run up to
+    the trainer's ``learn``, which raises :class:`Captured` instead), ready to step."""
+
+    def capture(self, *args, **kwargs):
+        raise Captured(self)
+
+    trainer_class.learn = capture
+    sys.argv = [f"{worker.__name__}.py", "--spec", spec["path"], "--out", os.devnull, "--variant", case]
+    try:
+        worker.main()
+        raise SystemExit(f"walks_floor: {worker.__name__} returned without calling learn")
+    except Captured as got:
+        trainer = got.trainer
+    trainer.prepare_learning()
+    return trainer
+
+
+def rlkit_worker(spec: dict[str, Any], case: str, rounds: int, steps: int) -> dict[str, Any]:
+    """rlkit's trainer as ``walks_rlkit.py`` builds it, captured where ``learn`` starts."""
+    import transformers
+
+    import walks_rlkit
+    from rlkit_methods.loop.trainer import RLTrainer
+
+    trainer = captured_trainer(walks_rlkit, RLTrainer, spec, case)
+    batches_ix = trainer.train_batches(0, 0)
+    batches = [trainer.collate([trainer.store[i] for i in ix]) for ix in batches_ix]
+    config = trainer.config
+    optimizer = {"kwargs": dict(config.optimizer.kwargs)}
+    fused = bool(getattr(trainer.opt, "defaults", {}).get("fused"))
+
+    def side_step(i: int) -> None:  # the loop's step: train_step, then e.g. ILQL's target-Q sync
+        trainer.train_step(batches_ix[i])
+        trainer.iter_count += 1
+        trainer.after_optimizer_step()
+
+    result = measure(side_step, batches, model_config_of(config.model.model_path),
+                     optimizer, fused, trainer.tokenizer.pad_token_id, rounds, steps, config.train.seed)
+    return {**result, "side": "rlkit", "transformers": transformers.__version__}
+
+
+def trlx_worker(spec: dict[str, Any], case: str, rounds: int, steps: int) -> dict[str, Any]:
+    """trlX's trainer as ``walks_trlx.py`` builds it (``trlx.train`` at the example's
+    arguments), captured where ``learn`` starts; its step is ``learn``'s loop body."""
+    sys.path[:0] = [str(BENCH / "standins"), spec["walks"]["trlx_src"]]
+    import transformers
+
+    import walks_trlx
+    from trlx.trainer.accelerate_base_trainer import AccelerateRLTrainer
+
+    trainer = captured_trainer(walks_trlx, AccelerateRLTrainer, spec, case)
+    batches = list(trainer.create_train_dataloader())
+    state = {"it": iter(())}
+    rows = max(len(model_inputs(b, trainer.tokenizer.pad_token_id)[0]) for b in batches)
+
+    def next_full_batch():  # the loader's next batch of the full size (PPO's 128 rollouts: 100 and 28)
+        while True:
+            batch = next(state["it"], None)
+            if batch is None:
+                state["it"] = iter(trainer.create_train_dataloader())
+                continue
+            if len(model_inputs(batch, trainer.tokenizer.pad_token_id)[0]) == rows:
+                return batch
+
+    def side_step(i: int) -> None:  # AccelerateRLTrainer.learn's body for one minibatch of one micro-batch
+        batch = next_full_batch()
+        loss, stats = trainer.loss(batch)
+        trainer.model.train()
+        trainer.accelerator.backward(loss)
+        trainer.model.eval()
+        trainer.opt.step()
+        trainer.opt.zero_grad()
+        trainer.scheduler.step()
+
+    config = trainer.config
+    result = measure(side_step, batches, model_config_of(config.model.model_path), {"kwargs": dict(config.optimizer.kwargs)}, False,
+                     trainer.tokenizer.pad_token_id, rounds, steps, config.train.seed)
+    return {**result, "side": "trlx", "transformers": transformers.__version__}
+
+
+def model_config_of(model_path: Any) -> dict[str, Any]:
+    """The model config as a dict with ``model_type``: from a config dict, or a model folder."""
+    if isinstance(model_path, dict):
+        return dict(model_path)
+    if hasattr(model_path, "to_dict"):
+        return {k: v for k, v in model_path.to_dict().items() if not k.startswith("_")}
+    return json.loads((Path(model_path) / "config.json").read_text()) | {"architectures": None}
+
+
+def worker_main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--worker", choices=["rlkit", "trlx"], required=True)
+    p.add_argument("--spec", required=True)
+    p.add_argument("--case", choices=CASES, required=True)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    spec = json.loads(Path(args.spec).read_text()) | {"path": args.spec}
+    from harness import setup_torch
+
+    setup_torch(spec)
+    run = rlkit_worker if args.worker == "rlkit" else trlx_worker
+    result = run(spec, args.case, args.rounds, args.steps)
+    Path(args.out).write_text(json.dumps(result, indent=1, default=list) + "\n")
+
+
+# --- the runner (rlkit's venv) ------------------------------------------------------------------
+
+
+def floor_rows(case: str, results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per (side, variant): min and median ms over every worker of that side, the
+    bare step's share of the side's step (medians), and the padding share."""
+    rows = []
+    for side, runs in results.items():
+        if not runs:
+            continue
+        pooled = {v: [] for v in VARIANTS}
+        for run in runs:
+            for v in VARIANTS:
+                pooled[v].append(run["variants"][v])
+        side_median = statistics.median(x["median_ms"] for x in pooled["side step"])
+        for v in VARIANTS:
+            mins = min(x["min_ms"] for x in pooled[v])
+            median = statistics.median(x["median_ms"] for x in pooled[v])
+            rows.append({"case": case, "side": side, "variant": v, "min_ms": mins, "median_ms": median,
+                         "share_of_side_step": median / side_median if side_median else 0.0,
+                         "padding_share": runs[0]["padding_share"], "transformers": runs[0]["transformers"]})
+    return rows
+
+
+def best_ratio(rows: list[dict[str, Any]]) -> float | None:
+    """trlX's step (median) over rlkit's cheapest padded bare step (median, plain or fused
+    GELU): the rlkit / trlX speed-up if rlkit's step were nothing but the bare model step."""
+    get = {(r["side"], r["variant"]): r["median_ms"] for r in rows}
+    trlx = get.get(("trlx", "side step"))
+    bare = min((get[k] for k in get if k[0] == "rlkit" and k[1] in ("bare step", "bare, fused GELU")), default=None)
+    return trlx / bare if trlx and bare else None
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| case | side (transformers) | variant | min ms | median ms | / side step | padding |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['side']} ({r['transformers']}) | {r['variant']} | {r['min_ms']:.1f} | "
+                     f"{r['median_ms']:.1f} | {r['share_of_side_step']:.2f} | {r['padding_share']:.1%} |")
+    return "\n".join(lines)
+
+
+def runner_main(argv: list[str]) -> int:
+    import run
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", default="ilql,sft,walks-ppo")
+    p.add_argument("--rounds", type=int, default=2, help="rounds of --steps steps per variant in each worker")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--workers", type=int, default=2, help="worker processes per side, interleaved")
+    p.add_argument("--trlx-src", default=None)
+    p.add_argument("--trlx-python", default=None)
+    p.add_argument("--walks-start", default=None, help="walks-ppo: an SFT export (default: train one)")
+    p.add_argument("--no-peer", action="store_true", help="rlkit's side only")
+    p.add_argument("--walks-set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--json", default=str(BENCH / "results" / "walks-floor.json"))
+    args = p.parse_args(argv)
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    if unknown := [c for c in cases if c not in CASES]:
+        p.error(f"--cases: unknown {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    # the bench's own defaults for everything its walks spec reads
+    bench_args = run.parse_args(["--cases", ",".join(cases), "--threads", "1", "--device", "cpu",
+                                 *(f"--walks-set={item}" for item in args.walks_set),
+                                 *(["--trlx-src", args.trlx_src] if args.trlx_src else [])])
+    env = run.child_env(bench_args)
+    pythons = {"rlkit": sys.executable}
+    if not args.no_peer:
+        pythons["trlx"], _ = run.ensure_trlx(args.trlx_python, run.trlx_source(args.trlx_src))
+    workdir = Path(tempfile.mkdtemp(prefix="walks-floor-"))
+    spec = {"device": "cpu", "dtype": "float32", "threads": 1, "seed": 0, "walks": run.walks_spec(bench_args, cases)}
+    if "walks-ppo" in cases:
+        start = args.walks_start or run.prepare_sft_model(workdir, env, spec["walks"]["overrides"]["sft"])
+        spec["walks"]["overrides"]["walks-ppo"]["model.model_path"] = str(Path(start).resolve())
+    spec_path = workdir / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    report: dict[str, Any] = {"command": sys.argv, "load_start": os.getloadavg(), "cases": {}}
+    all_rows = []
+    for case in cases:
+        results: dict[str, list[dict[str, Any]]] = {side: [] for side in pythons}
+        for n in range(args.workers):
+            for side, python in pythons.items():
+                out = workdir / f"{case}-{side}-{n}.json"
+                argv = [python, str(Path(__file__).resolve()), "--worker", side, "--spec", str(spec_path), "--case", case,
+                        "--rounds", str(args.rounds), "--steps", str(args.steps), "--out", str(out)]
+                load = os.getloadavg()[0]
+                with open(out.with_suffix(".log"), "w") as log:
+                    done = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=BENCH.parent)
+                if done.returncode != 0 or not out.exists():
+                    tail = out.with_suffix(".log").read_text(errors="replace").strip().splitlines()[-3:]
+                    raise SystemExit(f"walks_floor: {case} {side} worker {n} failed: {' / '.join(tail)}")
+                results[side].append(json.loads(out.read_text()) | {"load_before": load})
+                print(f"  {case} {side} worker {n}: side step {results[side][-1]['variants']['side step']['median_ms']:.1f} ms "
+                      f"(load {load:.2f})", file=sys.stderr)
+        rows = floor_rows(case, results)
+        all_rows += rows
+        report["cases"][case] = {"rows": rows, "best_ratio": best_ratio(rows), "runs": results}
+    report["load_end"] = os.getloadavg()
+    print(table(all_rows))
+    for case, entry in report["cases"].items():
+        if entry["best_ratio"]:
+            print(f"{case}: trlX's step / rlkit's bare model step = {entry['best_ratio']:.2f}x "
+                  "(the most rlkit / trlX can reach at this arithmetic)")
+    print(f"load avg {report['load_start'][0]:.2f} -> {report['load_end'][0]:.2f}; JSON: {args.json}")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(report, indent=1, default=list) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        worker_main(sys.argv[1:])
+    else:
+        sys.exit(runner_main(sys.argv[1:]))
