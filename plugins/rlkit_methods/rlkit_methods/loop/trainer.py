@@ -202,8 +202,10 @@ class RLTrainer:
         start_all = time.time()
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         with torch.random.fork_rng(devices=devices):  # evaluation never shifts the training RNG
-            torch.manual_seed(self.config.train.seed + self.engine.process_index)
             for value in values:
+                # every sweep value from the same random state (common random numbers): equal
+                # policies give equal samples, so the values differ by their setting alone
+                torch.manual_seed(self.config.train.seed + self.engine.process_index)
                 extra = {key: value} if key is not None else {}
                 suffix = f"@{key}={value}" if key is not None else ""
                 start = time.time()
