@@ -39,6 +39,20 @@ def pass_batches(
     return [padded[(step * world_size + rank) * batch_size:][:batch_size] for step in range(steps)]
 
 
+def eval_batches(num_items: int, batch_size: int, *, rank: int = 0, world_size: int = 1) -> list[list[int]]:
+    """This process's evaluation batches, in prompt order, padded as little as the processes
+    allow: as many steps as batches of ``batch_size`` need, each step's prompts split evenly,
+    so every process runs the same number of batches of the same size and only the last step
+    repeats prompts (fewer than ``world_size`` per batch). With ``num_items`` a multiple of
+    ``batch_size x world_size`` these are :func:`pass_batches`' unshuffled batches; 20 prompts
+    at ``batch_size`` 100 are one batch of 20, not 20 prompts wrapped around to 100 rows."""
+    if num_items <= 0:
+        return []
+    steps = -(-num_items // (batch_size * world_size))  # ceil
+    size = -(-num_items // (steps * world_size))
+    return pass_batches(num_items, size, seed=0, pass_index=0, rank=rank, world_size=world_size, shuffle=False)
+
+
 def split_microbatches(batch: Sequence[int], minibatch_size: int | None) -> list[list[int]]:
     """trlX's micro-batching: ``train.minibatch_size`` items per forward/backward."""
     size = minibatch_size or len(batch)

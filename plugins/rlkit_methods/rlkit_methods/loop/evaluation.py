@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from rlkit_core.errors import ConfigError, RlkitError
 
-from rlkit_methods.loop.batching import pass_batches
+from rlkit_methods.loop.batching import eval_batches
 
 NOT_METADATA = ("input_ids", "attention_mask", "position_ids")
 
@@ -61,8 +61,7 @@ def on_main(engine, compute: Callable[[], Any]) -> Any:
 def generate_rows(trainer, extra_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
     """Generate for this rank's eval prompts; every rank gets all rows, in prompt order."""
     pipeline, engine = trainer.eval_pipeline, trainer.engine
-    batches = pass_batches(len(pipeline), trainer.eval_batch_size, seed=0, pass_index=0,
-                           rank=engine.process_index, world_size=engine.num_processes, shuffle=False)
+    batches = eval_batches(len(pipeline), trainer.eval_batch_size, rank=engine.process_index, world_size=engine.num_processes)
     rows = []
     for indices in batches:
         batch = pipeline.collate([pipeline[i] for i in indices])
