@@ -26,6 +26,9 @@ steps each (CPU time of the process, one thread):
 - ``bare, fused GELU, unpadded``: the batch's real tokens only, packed into full rows of the
   padded length (``floor(real / length)`` rows, no pad): what a step would cost if no position
   were padding.
+- ``matmuls only``: the bare model's linear layers' matrix products alone at the padded batch's
+  token count (per layer ``x W``, ``g W^T``, ``x^T g``): a floor under any implementation of
+  the same arithmetic (everything else, from layer norms to the optimizer, taken as free).
 
 Only full-size batches are timed (PPO's 128 rollouts make batches of 100 and 28). The table
 gives min and median ms per step, each variant's share of the side's step (medians), and the
@@ -50,7 +53,8 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 CASES = ("ilql", "sft", "walks-ppo")
-VARIANTS = ("side step", "bare step", "bare, fused GELU", "bare, fused GELU, no mask", "bare, fused GELU, unpadded")
+VARIANTS = ("side step", "bare step", "bare, fused GELU", "bare, fused GELU, no mask", "bare, fused GELU, unpadded",
+            "matmuls only")
 
 
 class Captured(Exception):
@@ -143,6 +147,34 @@ def fused_gelu(model) -> int:
     return kernels.fuse_activations(model)
 
 
+def linear_matmuls(model):
+    """A function of the token count that runs the model's linear layers' matrix products alone,
+    as a training step has them: per layer ``x W`` (forward), ``g W^T`` and ``x^T g``
+    (backward), at the layer's shapes (GPT-2's ``Conv1D`` and the tied LM head): the part of a
+    step no implementation of the same arithmetic can drop."""
+    import torch
+
+    shapes = []
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if type(module).__name__ == "Conv1D":
+            shapes.append(tuple(weight.shape))  # (in, out)
+        elif isinstance(module, torch.nn.Linear):
+            shapes.append((weight.shape[1], weight.shape[0]))
+    cache: dict[int, list] = {}
+
+    def run(tokens: int) -> None:
+        if tokens not in cache:
+            cache[tokens] = [(torch.randn(tokens, i), torch.randn(i, o), torch.randn(tokens, o)) for i, o in shapes]
+        for x, w, g in cache[tokens]:
+            x @ w
+            g @ w.T
+            x.T @ g
+
+    run.shapes = shapes
+    return run
+
+
 def measure(side_step, batches: list, model_config: dict[str, Any], optimizer: dict[str, Any], fused: bool,
             pad_id: int, rounds: int, steps: int, seed: int) -> dict[str, Any]:
     """Rounds of ``steps`` steps of each variant, interleaved; per-step CPU seconds.
@@ -165,20 +197,23 @@ def measure(side_step, batches: list, model_config: dict[str, Any], optimizer: d
             raise SystemExit("walks_floor: no gelu_new module to fuse in the bare model")
         models[name] = (model, torch.optim.AdamW(model.parameters(), **kwargs, **({"fused": True} if fused else {})))
     plan = {"side step": None, "bare step": ("plain", inputs), "bare, fused GELU": ("fused", inputs),
-            "bare, fused GELU, no mask": ("fused", ones), "bare, fused GELU, unpadded": ("fused", unpadded)}
+            "bare, fused GELU, no mask": ("fused", ones), "bare, fused GELU, unpadded": ("fused", unpadded),
+            "matmuls only": "matmuls"}
+    matmuls = linear_matmuls(models["fused"][0])
     rows = max(ids.shape[0] for ids, _ in inputs)
     full = [i for i, (ids, _) in enumerate(inputs) if ids.shape[0] == rows]  # PPO: 128 rollouts are batches of 100 and 28
     times: dict[str, list[float]] = {v: [] for v in plan}
     parts: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
-    for name, batch_list in {v: p for v, p in plan.items() if p}.values():
+    for name, batch_list in (p for p in plan.values() if isinstance(p, tuple)):
         bare_step(*models[name], *batch_list[0])  # first-call allocations, off the clock
+    matmuls(inputs[full[0]][0].numel())
     for r in range(rounds):
         for variant, how in plan.items():
             for k in range(steps):
                 i = full[(r * steps + k) % len(full)]
-                if how is None:
+                if how is None or how == "matmuls":
                     start = time.process_time()
-                    side_step(i)
+                    side_step(i) if how is None else matmuls(inputs[i][0].numel())
                     times[variant].append(time.process_time() - start)
                     continue
                 split = bare_step(*models[how[0]], *how[1][i])

@@ -65,9 +65,9 @@ def run(variants: dict[str, float], padding=0.2, version="x"):
 
 def test_rows_and_best_ratio_from_medians():
     rlkit = {"side step": 200.0, "bare step": 220.0, "bare, fused GELU": 180.0, "bare, fused GELU, no mask": 178.0,
-             "bare, fused GELU, unpadded": 140.0}
+             "bare, fused GELU, unpadded": 140.0, "matmuls only": 120.0}
     trlx = {"side step": 240.0, "bare step": 210.0, "bare, fused GELU": 185.0, "bare, fused GELU, no mask": 184.0,
-            "bare, fused GELU, unpadded": 150.0}
+            "bare, fused GELU, unpadded": 150.0, "matmuls only": 118.0}
     rows = floor_rows("ilql", {"rlkit": [run(rlkit), run({k: v + 20 for k, v in rlkit.items()})], "trlx": [run(trlx)]})
     by = {(r["side"], r["variant"]): r for r in rows}
     assert by[("rlkit", "side step")]["median_ms"] == pytest.approx(210.0)  # median of the workers' medians
@@ -76,6 +76,14 @@ def test_rows_and_best_ratio_from_medians():
     # trlX's step over rlkit's cheapest padded bare step (fused GELU here: median of 180 and 200)
     assert best_ratio(rows) == pytest.approx(240 / 190)
     assert best_ratio([r for r in rows if r["side"] == "rlkit"]) is None
+
+
+def test_matmuls_cover_every_linear_layer_at_its_shape():
+    model = walks_floor.bare_model({"model_type": "gpt2", "n_layer": 2, "n_embd": 16, "n_head": 2, "vocab_size": 23}, 0)
+    run = walks_floor.linear_matmuls(model)
+    # per block: attention in (16 -> 48) and out (16 -> 16), MLP up (16 -> 64) and down (64 -> 16); the LM head
+    assert sorted(run.shapes) == sorted([(16, 48), (16, 16), (16, 64), (64, 16)] * 2 + [(16, 23)])
+    run(7)  # runs at any token count
 
 
 def test_runner_refuses_unknown_cases():
