@@ -60,12 +60,15 @@ def main() -> int:
                              behaviour_top_k=args.behaviour_top_k)
         texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
         vader = score(texts, prompts, texts)
-        rows[beta] = {"mean": statistics.fmean(vader), "se": statistics.stdev(vader) / len(vader) ** 0.5,
+        rows[beta] = {"mean": statistics.fmean(vader), "se": statistics.stdev(vader) / len(vader) ** 0.5, "scores": vader,
                       "n": len(vader), "words": statistics.fmean(len(t.split()) for t in texts), "examples": [[prompts[i], texts[i]] for i in range(3)]}
-        print(json.dumps({"beta": beta, **{k: v for k, v in rows[beta].items() if k != "examples"}}), flush=True)
-    base = rows[min(rows)]["mean"]
+        print(json.dumps({"beta": beta, **{k: v for k, v in rows[beta].items() if k not in ("examples", "scores")}}), flush=True)
+    base = rows[min(rows)]
     best = max(rows, key=lambda b: rows[b]["mean"])
-    print(json.dumps({"best_beta": best, "best_minus_beta0": rows[best]["mean"] - base,
+    # the same prompts and random numbers for both: the SE of the per-sample differences
+    diffs = [a - b for a, b in zip(rows[best]["scores"], base["scores"])]
+    print(json.dumps({"best_beta": best, "best_minus_beta0": rows[best]["mean"] - base["mean"],
+                      "paired_se": statistics.stdev(diffs) / len(diffs) ** 0.5,
                       "examples": {b: r["examples"] for b, r in rows.items()}}))
     return 0
 

@@ -29,7 +29,10 @@ def test_the_examples_load(name, method, trainer):
 
 
 def test_the_ilql_example_sweeps_beta():
-    assert load_config(SENTIMENTS / "ilql_smollm2.yml").method.gen_kwargs["beta"] == [0, 1, 4, 16]
+    config = load_config(SENTIMENTS / "ilql_smollm2.yml")
+    assert config.method.gen_kwargs["beta"] == [0, 4, 16, 32]
+    assert config.method.gen_kwargs["behaviour_top_k"] == 20  # guidance among the behaviour policy's tokens
+    assert config.data.samples.kwargs["reward"] == "vader"  # the return the evaluation measures
 
 
 def test_an_unknown_model_source_is_one_line_listing_the_known_ones(tmp_path, capsys):
