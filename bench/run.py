@@ -2,7 +2,8 @@
 
     python bench/run.py [--cases ppo,generate,ilql,sft,walks-ppo,startup,grpo,rloo] [--repeats 3] [--device cpu|cuda]
                         [--json bench/results/latest.json] [--peer-python PATH] [--model smollm2-135m|FOLDER]
-                        [--trlx-src DIR] [--walks-set KEY=VALUE] [--num-generations 4] [--grpo-prompts 4]
+                        [--trlx-src DIR] [--walks-set KEY=VALUE] [--walks-task-seed 1000] [--num-generations 4]
+                        [--grpo-prompts 4]
 
 Every measurement runs in its own subprocess (peak RSS is that process's alone, from
 ``os.wait4``), sides interleaved A B A B ... On CPU every process is pinned to
@@ -64,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--walks-start", default=None, help="walks-ppo: an SFT export both sides start from (default: train one)")
     p.add_argument("--walks-set", action="append", default=[], metavar="KEY=VALUE",
                    help="override for both sides of the randomwalks cases (repeatable; value parsed as YAML)")
+    p.add_argument("--walks-task-seed", type=int, default=None, metavar="SEED",
+                   help="randomwalks cases: the graph and walks both sides learn (default 1000, trlX's example's); "
+                        "train.seed (--walks-set) then varies the training alone")
     p.add_argument("--rlkit-set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for rlkit's PPO and generate sides, as `rlkit run --set` (repeatable)")
     p.add_argument("--no-peer", action="store_true", help="rlkit's sides only (to measure an rlkit change quickly; no ratios)")
@@ -143,13 +147,17 @@ def walks_spec(args: argparse.Namespace, cases: list[str]) -> dict[str, Any]:
     sets = parse_sets(args.walks_set)
     source = args.trlx_src or os.environ.get("RLKIT_TRLX_SRC")
     return {"trlx_src": str(trlx_source(source)) if source else None, "vocab": randomwalks_vocab(),
-            "eos": RANDOMWALKS_EOS, "pad": RANDOMWALKS_PAD, "overrides": {case: dict(sets) for case in WALKS_CASES}}
+            "eos": RANDOMWALKS_EOS, "pad": RANDOMWALKS_PAD, "overrides": {case: dict(sets) for case in WALKS_CASES},
+            "task_seed": args.walks_task_seed}
 
 
-def prepare_sft_model(workdir: Path, env: dict[str, str], overrides: dict[str, Any]) -> str:
+def prepare_sft_model(workdir: Path, env: dict[str, str], overrides: dict[str, Any], seed: int | None = None) -> str:
     """The PPO cases' start (trlX's example loads CarperAI/randomwalks from the hub, which this
-    machine cannot reach): rlkit's SFT example, trained once here, exported as a plain HF folder
-    that both sides load."""
+    machine cannot reach): rlkit's SFT example on the graph of task seed ``seed``, trained once
+    here, exported as a plain HF folder that both sides load."""
+    from walks import apply_overrides, example_config, rlkit_task_overrides, task_seed
+
+    overrides = {**overrides, **rlkit_task_overrides(apply_overrides(example_config("sft"), overrides), task_seed({"task_seed": seed}))}
     folder = workdir / "sft-start"
     sets = [f"{k}={json.dumps(v)}" for k, v in {**overrides, "train.checkpoint_dir": str(folder), "train.eval_interval": 10**9}.items()]
     argv = [*rlkit_cli(sys.executable), "run", str(BENCH.parent / "examples" / "randomwalks" / "sft_randomwalks.yml")]
@@ -308,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / "spec.json"
     if "walks-ppo" in walks_cases:  # both PPO sides start from one SFT model, made once, untimed
-        start = str(Path(args.walks_start).resolve()) if args.walks_start else prepare_sft_model(workdir, env, spec["walks"]["overrides"]["sft"])
+        walks = spec["walks"]
+        start = (str(Path(args.walks_start).resolve()) if args.walks_start
+                 else prepare_sft_model(workdir, env, walks["overrides"]["sft"], walks["task_seed"]))
         if not (Path(start) / "config.json").is_file():
             raise SystemExit(f"bench: --walks-start {start}: not a model folder (no config.json)")
         spec["walks"]["overrides"]["walks-ppo"]["model.model_path"] = start

@@ -22,6 +22,8 @@ from typing import Any
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "randomwalks"
 METHODS = {"ilql": "ilql_randomwalks.yml", "sft": "sft_randomwalks.yml", "walks-ppo": "ppo_randomwalks.yml"}
 EVAL_REPEATS = 50  # 20 start letters x 50 = 1000 post-training samples per side (and per beta)
+TASK_SEED = 1000  # the graph and walks of trlX's example (it passes train.seed, default 1000)
+TASK_SECTIONS = ("data.samples", "data.prompts", "data.eval_prompts", "reward", "metric")  # rlkit's randomwalks parts
 RLKIT_ONLY = ("data", "metric", "reward", "plugins")  # sections trlX's TRLConfig does not have
 
 
@@ -48,6 +50,33 @@ def apply_overrides(config: dict[str, Any], overrides: dict[str, Any]) -> dict[s
     for key, value in overrides.items():
         set_dotted(config, key, value)
     return config
+
+
+def task_seed(walks_spec: dict[str, Any]) -> int:
+    """The seed of the graph and walks both sides train and evaluate on (``--walks-task-seed``).
+
+    trlX's example draws its graph from ``train.seed``; the bench keeps the graph fixed apart
+    from it, so ``--walks-set train.seed=S`` varies the training alone (initial weights, data
+    order, sampling) and every seed learns the same task (seeds 1001 and 1003 draw graphs
+    with no path to the goal: every reward 0)."""
+    seed = walks_spec.get("task_seed")
+    return TASK_SEED if seed is None else int(seed)
+
+
+def rlkit_task_overrides(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    """rlkit's overrides that put every randomwalks source, reward and metric of the example
+    ``config`` on the graph of ``seed`` (each takes ``seed`` among its kwargs)."""
+    out = {}
+    for dotted in TASK_SECTIONS:
+        node: Any = config
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):  # {pipeline: ...} / {name: ...}; a string is the shorthand
+            node = node.get("pipeline") or node.get("name")
+        name = node if isinstance(node, str) else None
+        if name and str(name).startswith("randomwalks"):
+            out[f"{dotted}.kwargs.seed"] = seed
+    return out
 
 
 def trlx_config(config: dict[str, Any], fields: dict[str, set[str]], tokenizer_folder: str) -> tuple[dict[str, Any], list[str]]:

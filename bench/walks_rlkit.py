@@ -11,7 +11,8 @@ import tempfile
 import time
 
 from harness import read_spec, setup_torch, worker_args, write_result
-from walks import EvalClock, METHODS, fingerprint, optimality_figures, post_training_prompts, result
+from walks import (EvalClock, METHODS, apply_overrides, example_config, fingerprint, optimality_figures,
+                   post_training_prompts, result, rlkit_task_overrides, task_seed)
 
 
 def main() -> None:
@@ -32,6 +33,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  (trlx's modules import both)
 
     overrides = {**spec["walks"]["overrides"].get(case, {}), "train.checkpoint_dir": tempfile.mkdtemp(prefix="rlkit-bench-walks-")}
+    seed = task_seed(spec["walks"])  # the graph: every randomwalks source, reward and metric on it
+    overrides.update(rlkit_task_overrides(apply_overrides(example_config(case), overrides), seed))
     config = load_config(METHODS_PATH(case), overrides)
     clock = EvalClock()
 
@@ -45,7 +48,7 @@ def main() -> None:
     train_wall, train_cpu = time.perf_counter() - wall, time.process_time() - cpu
     during_training = copy.copy(clock)
 
-    task = random_walks(seed=config.train.seed)
+    task = random_walks(seed=seed)
     pipeline = trainer.eval_pipeline
     prompts = post_training_prompts(task.eval_prompts)
     trainer.add_eval_pipeline(type(pipeline)(prompts, max_prompt_length(config), trainer.tokenizer, add_special_tokens=False))

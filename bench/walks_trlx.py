@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness import read_spec, setup_torch, worker_args, write_result
 from walks import (METHODS, EvalClock, apply_overrides, example_config, fingerprint, optimality_figures,
-                   post_training_prompts, result, trlx_config)
+                   post_training_prompts, result, task_seed, trlx_config)
 
 BENCH = Path(__file__).resolve().parent
 
@@ -105,7 +105,8 @@ def main() -> None:
         config_dict["model"]["model_path"] = as_pytorch_bin(model_path, workdir + "/start")
     config = TRLConfig.from_dict(config_dict)
 
-    metric_fn, start_letters, walks, _ = generate_random_walks(seed=config.train.seed)
+    # trlX's example passes train.seed here; the bench's task seed keeps the graph apart from it
+    metric_fn, start_letters, walks, _ = generate_random_walks(seed=task_seed(walks_spec))
     metric = lambda samples, **kwargs: metric_fn(samples)  # noqa: E731  (trlX's examples' wrapper)
     pairs = [[walk[:1], walk[1:]] for walk in walks]  # trlX's ILQL example: (start, rest of the walk)
     clock = EvalClock()
