@@ -398,6 +398,7 @@ def runner_main(argv: list[str]) -> int:
     p.add_argument("--no-peer", action="store_true", help="rlkit's side only")
     p.add_argument("--walks-set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", default=str(BENCH / "results" / "walks-floor.json"))
+    p.add_argument("--workdir", default=None, help="where the spec, worker logs and results go (default: a new temp folder)")
     args = p.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if unknown := [c for c in cases if c not in CASES]:
@@ -410,7 +411,8 @@ def runner_main(argv: list[str]) -> int:
     pythons = {"rlkit": sys.executable}
     if not args.no_peer:
         pythons["trlx"], _ = run.ensure_trlx(args.trlx_python, run.trlx_source(args.trlx_src))
-    workdir = Path(tempfile.mkdtemp(prefix="walks-floor-"))
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="walks-floor-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     spec = {"device": "cpu", "dtype": "float32", "threads": 1, "seed": 0, "walks": run.walks_spec(bench_args, cases)}
     if "walks-ppo" in cases:
         start = args.walks_start or run.prepare_sft_model(workdir, env, spec["walks"]["overrides"]["sft"])

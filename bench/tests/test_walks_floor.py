@@ -95,7 +95,7 @@ def test_runner_refuses_unknown_cases():
 def test_rlkit_worker_times_the_examples_real_batches(tmp_path):
     out = tmp_path / "floor.json"
     code = walks_floor.runner_main(["--cases", "ilql", "--no-peer", "--rounds", "1", "--steps", "1", "--workers", "1",
-                                    "--walks-set", "train.epochs=1", "--json", str(out)])
+                                    "--walks-set", "train.epochs=1", "--json", str(out), "--workdir", str(tmp_path / "work")])
     report = json.loads(out.read_text())
     rlkit = report["cases"]["ilql"]["runs"]["rlkit"][0]
     assert code == 0 and rlkit["transformers"].startswith("5.")
