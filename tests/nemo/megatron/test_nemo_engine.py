@@ -145,3 +145,11 @@ def test_a_bf16_yaml_without_o2_runs_fp32_weights_under_bf16_autocast(tmp_path):
 def test_a_generation_setting_the_engine_lacks_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"^method.gen_kwargs.repetition_penalty: the NeMo engine's sampling does not take it"):
         run("sft", tmp_path, overrides=dict(train=dict(total_steps=1), method=dict(gen_kwargs=dict(max_new_tokens=4, repetition_penalty=1.2))))
+
+
+def test_ilql_behaviour_top_k_is_refused_in_one_line(tmp_path):
+    """gen_kwargs.behaviour_top_k (the accelerate engine's Q-guided decoding takes it) is not
+    in the NeMo engine's sampling: refused at the first evaluation, not ignored."""
+    gen = dict(max_new_tokens=4, top_k=2, beta=[0, 1], temperature=1.0, behaviour_top_k=2)
+    with pytest.raises(ConfigError, match=r"^method.gen_kwargs.behaviour_top_k: the NeMo engine's sampling does not take it"):
+        run("ilql", tmp_path, overrides=dict(train=dict(total_steps=1), method=dict(gen_kwargs=gen)))
