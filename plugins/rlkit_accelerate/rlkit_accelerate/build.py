@@ -4,10 +4,12 @@ seq2seq``), with PEFT adapters, and the heads and reference of the spec."""
 
 from __future__ import annotations
 
-from rlkit_core.errors import ConfigError
+import os
+
+from rlkit_core.errors import ConfigError, RlkitError
 from rlkit_accelerate import assets
 from rlkit_accelerate.models.adapters import apply_peft, is_peft_model
-from rlkit_accelerate.models.loading import load_lm
+from rlkit_accelerate.models.loading import load_lm, load_saved_heads
 
 
 def load_base_model(config, *, prompt_learning: bool = False):
@@ -52,15 +54,33 @@ def build_model(config, spec):
         return plain_lm(config, spec.num_layers_unfrozen, prompt_learning=options.get("prompt_learning", False))
     if spec.heads == "value":
         policy = Seq2SeqLMWithValueHead if seq2seq else CausalLMWithValueHead
-        return policy(load_base_model(config), num_layers_unfrozen=spec.num_layers_unfrozen,
-                      num_value_layers_unfrozen=options.get("num_value_layers_unfrozen", 0))
+        model = policy(load_base_model(config), num_layers_unfrozen=spec.num_layers_unfrozen,
+                       num_value_layers_unfrozen=options.get("num_value_layers_unfrozen", 0))
+        return with_saved_heads(model, model._heads(), config)
     q_heads = options.get("q_heads", "mlp")
     if seq2seq and q_heads != "mlp":
         raise ConfigError(f"method.q_heads: {q_heads!r} heads are for causal models; use mlp with model_arch_type seq2seq")
     extra = {} if seq2seq else {"q_heads": q_heads}
     heads = Seq2SeqLMWithILQLHeads if seq2seq else CausalLMWithILQLHeads
-    return heads(load_base_model(config), two_qs=options.get("two_qs", True), alpha=options.get("alpha", 0.99),
-                 num_layers_unfrozen=spec.num_layers_unfrozen, **extra)
+    model = heads(load_base_model(config), two_qs=options.get("two_qs", True), alpha=options.get("alpha", 0.99),
+                  num_layers_unfrozen=spec.num_layers_unfrozen, **extra)
+    return with_saved_heads(model, {"ilql_heads": model.ilql_heads}, config)
+
+
+def with_saved_heads(model, heads, config):
+    """``model`` with the heads an rlkit export saved beside the weights of ``model.model_path``
+    (``value_head.safetensors``, ``ilql_heads.safetensors``), as trlX's ``from_pretrained``
+    loads them: training goes on from an export with its learned heads, not fresh ones."""
+    path = config.model.model_path
+    if isinstance(path, dict) or not isinstance(path, (str, os.PathLike)):
+        return model  # a config or a model object: nothing saved beside it
+    folder = assets.resolve(path)
+    try:
+        load_saved_heads(folder, heads, model.heads_file)
+    except RlkitError as error:
+        raise ConfigError(f"model.model_path: {error}; build the heads with the options they were saved with, "
+                          f"or move {model.heads_file} out of the folder to start with fresh heads") from None
+    return model
 
 
 def plain_lm(config, num_layers_unfrozen: int, *, prompt_learning: bool):

@@ -18,7 +18,7 @@ def model_config(n_layer: int = 2, n_embd: int = 32) -> GPT2Config:
                       bos_token_id=1, eos_token_id=1, pad_token_id=0)
 
 
-def config(kind: str, tmp_path, **overrides):
+def config(kind: str, tmp_path, model_path=None, **overrides):
     base = {"ppo": default_ppo_config, "ilql": default_ilql_config, "sft": default_sft_config}[kind]()
     train = dict(seq_length=12, batch_size=8, epochs=100, total_steps=4, checkpoint_interval=100, eval_interval=100,
                  checkpoint_dir=str(tmp_path / "ckpts"), save_best=False, seed=7)
@@ -38,7 +38,7 @@ def config(kind: str, tmp_path, **overrides):
         method=methods[kind],
     )
     c = c.evolve(**overrides) if overrides else c
-    c.model.model_path = model_config()
+    c.model.model_path = model_config() if model_path is None else model_path
     return c
 
 
@@ -46,9 +46,9 @@ def reward_fn(samples, **kwargs):
     return TASK.metric(samples)["optimality"]
 
 
-def run(method: str, tmp_path, *, config_overrides=None, **train_kwargs):
-    """Train ``method`` on the walks; returns the trainer."""
-    c = config(method, tmp_path, **(config_overrides or {}))
+def run(method: str, tmp_path, *, config_overrides=None, model_path=None, **train_kwargs):
+    """Train ``method`` on the walks (from ``model_path``, default a fresh tiny GPT-2); returns the trainer."""
+    c = config(method, tmp_path, model_path, **(config_overrides or {}))
     prompts = TASK.eval_prompts[:8]
     if method == "ppo":
         kwargs = dict(reward_fn=train_kwargs.pop("reward_fn", reward_fn), prompts=prompts, eval_prompts=prompts)

@@ -113,7 +113,10 @@ def load_heads(modules: dict[str, nn.Module | None], path: str | os.PathLike) ->
     """Inverse of ``save_heads``; every key must match (missing or extra keys are an error)."""
     from safetensors.torch import load_file
 
-    tensors = load_file(os.fspath(path))
+    try:
+        tensors = load_file(os.fspath(path))
+    except Exception as error:  # SafetensorError (a cut or damaged file) derives from none of OSError/ValueError
+        raise RlkitError(f"{path}: not a readable safetensors file ({str(error).splitlines()[0]})") from error
     for prefix, module in modules.items():
         if module is None:
             continue
