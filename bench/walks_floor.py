@@ -45,12 +45,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+from bare_step import measure, model_inputs  # noqa: E402  (beside this file, in both venvs)
 
 CASES = ("ilql", "sft", "walks-ppo")
 VARIANTS = ("side step", "bare step", "bare, fused GELU", "bare, fused GELU, no mask", "bare, fused GELU, unpadded",
@@ -63,172 +63,6 @@ class Captured(Exception):
     def __init__(self, trainer: Any) -> None:
         super().__init__("trainer captured before learn")
         self.trainer = trainer
-
-
-# --- batches (both venvs) -------------------------------------------------------------------
-
-
-def model_inputs(batch: Any, pad_id: int):
-    """``(input_ids, attention_mask)`` the model sees for a collated batch of either side:
-    ILQL (``.input_ids``), SFT (a mapping), PPO (query and response tensors: rlkit's
-    ``PPOTrainBatch.rollouts`` or trlX's ``PPORLBatch``; trlX masks by ``!= pad``)."""
-    import torch
-
-    batch = getattr(batch, "rollouts", batch)
-    if isinstance(batch, dict) or hasattr(batch, "keys"):
-        return batch["input_ids"], batch["attention_mask"]
-    if hasattr(batch, "query_tensors"):
-        ids = torch.cat([batch.query_tensors, batch.response_tensors], dim=1)
-        mask = getattr(batch, "attention_mask", None)
-        return ids, mask if mask is not None else ids.ne(pad_id).long()
-    return batch.input_ids, batch.attention_mask
-
-
-def padding_share(masks: list) -> float:
-    """The share of positions that are padding over a list of (B, T) attention masks."""
-    total = sum(int(m.numel()) for m in masks)
-    real = sum(int(m.sum()) for m in masks)
-    return 1.0 - real / total if total else 0.0
-
-
-def packed(input_ids, attention_mask):
-    """The batch's real tokens (row order) in full rows of its padded length, no pad:
-    ``floor(real / T)`` rows of ``T`` (the last partial row is dropped)."""
-    length = input_ids.shape[1]
-    real = input_ids[attention_mask.bool()]
-    rows = max(1, real.numel() // length)
-    return real[: rows * length].reshape(rows, length)
-
-
-def summary_ms(seconds: list[float]) -> dict[str, float]:
-    return {"min_ms": 1000 * min(seconds), "median_ms": 1000 * statistics.median(seconds), "n": len(seconds)}
-
-
-# --- the timed steps --------------------------------------------------------------------------
-
-
-def bare_model(model_config: dict[str, Any], seed: int):
-    import torch
-    import transformers
-
-    settings = dict(model_config)
-    config = transformers.AutoConfig.for_model(settings.pop("model_type"), **settings)
-    torch.manual_seed(seed)
-    return transformers.GPT2LMHeadModel(config).train()
-
-
-def bare_step(model, opt, input_ids, attention_mask) -> dict[str, float]:
-    """Forward, token cross-entropy, backward, optimizer step; CPU seconds of each part."""
-    import torch.nn.functional as F
-
-    clock = time.process_time
-    t0 = clock()
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-    labels = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
-    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
-    t1 = clock()
-    loss.backward()
-    t2 = clock()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    t3 = clock()
-    return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "total": t3 - t0}
-
-
-def fused_gelu(model) -> int:
-    """rlkit's GELU swap (``rlkit_accelerate/kernels.py``, loaded by path: the trlX venv has no
-    rlkit) on ``model``, so either venv can time the bare model as rlkit runs it."""
-    import importlib.util
-
-    path = BENCH.parent / "plugins" / "rlkit_accelerate" / "rlkit_accelerate" / "kernels.py"
-    loader = importlib.util.spec_from_file_location("_rlkit_kernels", path)
-    kernels = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(kernels)
-    return kernels.fuse_activations(model)
-
-
-def linear_matmuls(model):
-    """A function of the token count that runs the model's linear layers' matrix products alone,
-    as a training step has them: per layer ``x W`` (forward), ``g W^T`` and ``x^T g``
-    (backward), at the layer's shapes (GPT-2's ``Conv1D`` and the tied LM head): the part of a
-    step no implementation of the same arithmetic can drop."""
-    import torch
-
-    shapes = []
-    for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if type(module).__name__ == "Conv1D":
-            shapes.append(tuple(weight.shape))  # (in, out)
-        elif isinstance(module, torch.nn.Linear):
-            shapes.append((weight.shape[1], weight.shape[0]))
-    cache: dict[int, list] = {}
-
-    def run(tokens: int) -> None:
-        if tokens not in cache:
-            cache[tokens] = [(torch.randn(tokens, i), torch.randn(i, o), torch.randn(tokens, o)) for i, o in shapes]
-        for x, w, g in cache[tokens]:
-            x @ w
-            g @ w.T
-            x.T @ g
-
-    run.shapes = shapes
-    return run
-
-
-def measure(side_step, batches: list, model_config: dict[str, Any], optimizer: dict[str, Any], fused: bool,
-            pad_id: int, rounds: int, steps: int, seed: int) -> dict[str, Any]:
-    """Rounds of ``steps`` steps of each variant, interleaved; per-step CPU seconds.
-
-    Variants: the side's step; the bare model as the venv's transformers builds it; the same
-    with rlkit's one-kernel GELU (same arithmetic to 5e-7); that on the same rows with an
-    all-ones mask (the attention path a batch without padding takes); and on the real tokens
-    only, packed into full rows."""
-    import torch
-
-    inputs = [model_inputs(b, pad_id) for b in batches]
-    ones = [(ids, torch.ones_like(mask)) for ids, mask in inputs]
-    unpadded = [(u, torch.ones_like(u)) for u in (packed(ids, mask) for ids, mask in inputs)]
-    kwargs = dict(optimizer.get("kwargs", {}))
-    kwargs["betas"] = tuple(kwargs.get("betas", (0.9, 0.999)))
-    models = {}
-    for name in ("plain", "fused"):
-        model = bare_model(model_config, seed)
-        if name == "fused" and not fused_gelu(model):
-            raise SystemExit("walks_floor: no gelu_new module to fuse in the bare model")
-        models[name] = (model, torch.optim.AdamW(model.parameters(), **kwargs, **({"fused": True} if fused else {})))
-    plan = {"side step": None, "bare step": ("plain", inputs), "bare, fused GELU": ("fused", inputs),
-            "bare, fused GELU, no mask": ("fused", ones), "bare, fused GELU, unpadded": ("fused", unpadded),
-            "matmuls only": "matmuls"}
-    matmuls = linear_matmuls(models["fused"][0])
-    rows = max(ids.shape[0] for ids, _ in inputs)
-    full = [i for i, (ids, _) in enumerate(inputs) if ids.shape[0] == rows]  # PPO: 128 rollouts are batches of 100 and 28
-    times: dict[str, list[float]] = {v: [] for v in plan}
-    parts: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
-    for name, batch_list in (p for p in plan.values() if isinstance(p, tuple)):
-        bare_step(*models[name], *batch_list[0])  # first-call allocations, off the clock
-    matmuls(inputs[full[0]][0].numel())
-    for r in range(rounds):
-        for variant, how in plan.items():
-            for k in range(steps):
-                i = full[(r * steps + k) % len(full)]
-                if how is None or how == "matmuls":
-                    start = time.process_time()
-                    side_step(i) if how is None else matmuls(inputs[i][0].numel())
-                    times[variant].append(time.process_time() - start)
-                    continue
-                split = bare_step(*models[how[0]], *how[1][i])
-                times[variant].append(split.pop("total"))
-                if variant == "bare, fused GELU":
-                    for part, value in split.items():
-                        parts[part].append(value)
-    return {
-        "variants": {v: summary_ms(t) for v, t in times.items()},
-        "bare_parts": {p: summary_ms(t) for p, t in parts.items()},
-        "padding_share": padding_share([inputs[i][1] for i in full]),
-        "shapes": sorted({tuple(inputs[i][0].shape) for i in full}),
-        "unpadded_shapes": sorted({tuple(unpadded[i][0].shape) for i in full}),
-        "fused_adamw": fused, "torch": torch.__version__,
-    }
 
 
 # --- the workers --------------------------------------------------------------------------------

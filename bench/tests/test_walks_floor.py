@@ -9,8 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import bare_step
 import walks_floor
-from walks_floor import best_ratio, floor_rows, model_inputs, packed, padding_share
+from bare_step import model_inputs, packed, padding_share
+from walks_floor import best_ratio, floor_rows
 
 PAD = 22
 
@@ -79,8 +81,8 @@ def test_rows_and_best_ratio_from_medians():
 
 
 def test_matmuls_cover_every_linear_layer_at_its_shape():
-    model = walks_floor.bare_model({"model_type": "gpt2", "n_layer": 2, "n_embd": 16, "n_head": 2, "vocab_size": 23}, 0)
-    run = walks_floor.linear_matmuls(model)
+    model = bare_step.bare_model({"model_type": "gpt2", "n_layer": 2, "n_embd": 16, "n_head": 2, "vocab_size": 23}, 0)
+    run = bare_step.linear_matmuls(model)
     # per block: attention in (16 -> 48) and out (16 -> 16), MLP up (16 -> 64) and down (64 -> 16); the LM head
     assert sorted(run.shapes) == sorted([(16, 48), (16, 16), (16, 64), (64, 16)] * 2 + [(16, 23)])
     run(7)  # runs at any token count
