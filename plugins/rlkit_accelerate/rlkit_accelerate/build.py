@@ -4,8 +4,6 @@ seq2seq``), with PEFT adapters, and the heads and reference of the spec."""
 
 from __future__ import annotations
 
-import os
-
 from rlkit_core.errors import ConfigError, RlkitError
 from rlkit_accelerate import assets
 from rlkit_accelerate.models.adapters import apply_peft, is_peft_model
@@ -70,13 +68,10 @@ def build_model(config, spec):
 def with_saved_heads(model, heads, config):
     """``model`` with the heads an rlkit export saved beside the weights of ``model.model_path``
     (``value_head.safetensors``, ``ilql_heads.safetensors``), as trlX's ``from_pretrained``
-    loads them: training goes on from an export with its learned heads, not fresh ones."""
-    path = config.model.model_path
-    if isinstance(path, dict) or not isinstance(path, (str, os.PathLike)):
-        return model  # a config or a model object: nothing saved beside it
-    folder = assets.resolve(path)
+    loads them: training goes on from an export with its learned heads, not fresh ones. A model
+    source name (its cached folder holds no rlkit heads), a config or a model object: nothing to load."""
     try:
-        load_saved_heads(folder, heads, model.heads_file)
+        load_saved_heads(config.model.model_path, heads, model.heads_file)
     except RlkitError as error:
         raise ConfigError(f"model.model_path: {error}; build the heads with the options they were saved with, "
                           f"or move {model.heads_file} out of the folder to start with fresh heads") from None
