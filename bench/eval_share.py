@@ -47,7 +47,7 @@ def eval_totals(metrics_log: Path) -> dict[str, Any]:
 def last_eval_spread(samples_log: Path) -> dict[str, Any]:
     """Mean, standard error (std / sqrt(n)) and n of each ``optimality...`` key over the
     samples of the last evaluation logged."""
-    import statistics
+    from stats import mean_se
 
     lines = samples_log.read_text().splitlines() if samples_log.exists() else []
     if not lines:
@@ -56,8 +56,8 @@ def last_eval_spread(samples_log: Path) -> dict[str, Any]:
     out = {}
     for key in sorted({k for row in samples for k in row if k.startswith("optimality")}):
         values = [float(row[key]) for row in samples if key in row]
-        se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
-        out[key] = {"mean": statistics.fmean(values), "se": se, "n": len(values)}
+        mean, se = mean_se(values)
+        out[key] = {"mean": mean, "se": se, "n": len(values)}
     return out
 
 

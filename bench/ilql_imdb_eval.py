@@ -21,6 +21,8 @@ import argparse
 import json
 import statistics
 
+from stats import mean_se  # beside this file
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,7 +62,8 @@ def main() -> int:
                              behaviour_top_k=args.behaviour_top_k)
         texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
         vader = score(texts, prompts, texts)
-        rows[beta] = {"mean": statistics.fmean(vader), "se": statistics.stdev(vader) / len(vader) ** 0.5, "scores": vader,
+        mean, se = mean_se(vader)
+        rows[beta] = {"mean": mean, "se": se, "scores": vader,
                       "n": len(vader), "words": statistics.fmean(len(t.split()) for t in texts), "examples": [[prompts[i], texts[i]] for i in range(3)]}
         print(json.dumps({"beta": beta, **{k: v for k, v in rows[beta].items() if k not in ("examples", "scores")}}), flush=True)
     base = rows[min(rows)]
@@ -68,7 +71,7 @@ def main() -> int:
     # the same prompts and random numbers for both: the SE of the per-sample differences
     diffs = [a - b for a, b in zip(rows[best]["scores"], base["scores"])]
     print(json.dumps({"best_beta": best, "best_minus_beta0": rows[best]["mean"] - base["mean"],
-                      "paired_se": statistics.stdev(diffs) / len(diffs) ** 0.5,
+                      "paired_se": mean_se(diffs)[1],
                       "examples": {b: r["examples"] for b, r in rows.items()}}))
     return 0
 

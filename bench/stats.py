@@ -5,6 +5,7 @@ Stdlib only: the runner imports it without torch.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -35,6 +36,18 @@ def summarize(values: list[float]) -> Summary:
     else:
         q1 = q3 = ordered[0]
     return Summary(statistics.median(ordered), ordered[0], ordered[-1], q1, q3, len(ordered))
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    """Mean and standard error (sample standard deviation / sqrt(n)); SE is NaN for one value."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
 
 
 def speedup(ours: float, peer: float, higher_is_better: bool) -> float:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import time
@@ -24,18 +23,8 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error (sample standard deviation / sqrt(n)); SE is NaN for one value."""
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = sum(values) / n
-    if n < 2:
-        return mean, math.nan
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(var / n)
+sys.path.insert(0, str(BENCH))
+from stats import mean_se  # noqa: E402  (beside this file)
 
 
 def seed_figures(report: dict[str, Any], case: str) -> tuple[int, dict[str, dict[str, float]]]:
