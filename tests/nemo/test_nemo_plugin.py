@@ -1,6 +1,9 @@
-"""The nemo backend's trainers are registered under trlX's names, and selecting one where
-megatron-core is missing is one line saying what to install (the main venv's situation)."""
+"""The nemo backend's trainers are registered under trlX's names, selecting one where
+megatron-core is missing is one line saying what to install (the main venv's situation), and
+the engine's process group does not outlive the script."""
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -38,3 +41,16 @@ def test_trainers_import_from_the_package_root():
     trainers = (NeMoPPOTrainer, NeMoILQLTrainer, NeMoSFTTrainer, NeMoRFTTrainer, NeMoGRPOTrainer, NeMoRLOOTrainer)
     assert [c.__name__ for c in trainers] == [
         "NeMoPPOTrainer", "NeMoILQLTrainer", "NeMoSFTTrainer", "NeMoRFTTrainer", "NeMoGRPOTrainer", "NeMoRLOOTrainer"]
+
+
+def test_the_engines_process_group_is_destroyed_when_the_script_ends():
+    """Left to the interpreter's finalisation, gloo's group can abort a finished run."""
+    script = ("import atexit, torch.distributed as dist\n"
+              "atexit.register(lambda: print('initialized at exit:', dist.is_initialized()))\n"
+              "from rlkit_nemo.engine import init_distributed\n"
+              "init_distributed()\n"
+              "assert dist.is_initialized()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "initialized at exit: False" in result.stdout

@@ -22,6 +22,7 @@ from accelerate.utils import broadcast_object_list, gather_object, set_seed
 
 from rlkit_core.engine import ModelSpec, QGuidance, check_forward_kind
 from rlkit_core.errors import ConfigError, RlkitError
+from rlkit_core.process_group import destroy_at_clean_exit
 from rlkit_methods.data.tokenizers import load_tokenizer
 from rlkit_methods.loop.batching import split_microbatches
 
@@ -77,6 +78,8 @@ class AccelerateEngine:
         # accelerate runs several CPU processes (torchrun, gloo) only when told it is on CPU
         multi_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
         self.accelerator = Accelerator(cpu=multi_cpu)
+        if torch.distributed.is_initialized():
+            destroy_at_clean_exit()
         # fixed for the run; kept here so the trainer still answers after accelerate's state is reset
         self.is_main_process = self.accelerator.is_main_process
         self.process_index = self.accelerator.process_index

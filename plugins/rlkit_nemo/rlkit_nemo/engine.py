@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from rlkit_core.engine import ModelSpec, QGuidance, check_forward_kind
 from rlkit_core.errors import ConfigError
+from rlkit_core.process_group import destroy_at_clean_exit
 from rlkit_methods.data.tokenizers import load_tokenizer
 
 from rlkit_nemo import forwards, state
@@ -38,6 +39,7 @@ def init_distributed() -> None:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     else:
         dist.init_process_group(backend, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    destroy_at_clean_exit()
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
 

@@ -1,16 +1,20 @@
 """Run by test_trainer_ddp.py under ``torchrun --nproc_per_node 2`` (gloo, CPU)."""
 
+import atexit
 import json
 import os
 import sys
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
 from walks_setup import reward_fn, run  # noqa: E402
 
 method, out = sys.argv[1], Path(sys.argv[2])
+# registered before the engine's own exit handler, so it runs after it (atexit: last in, first out)
+atexit.register(lambda: print(f"rank {os.environ['RANK']}: process group left at exit: {dist.is_initialized()}", flush=True))
 calls = out / "reward_calls.jsonl"
 
 

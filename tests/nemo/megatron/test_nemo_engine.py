@@ -3,8 +3,10 @@
 (TP=2, DP=2, PP=2) run the same checks in test_nemo_trainers.py."""
 
 import json
+import os
 
 import pytest
+import torch
 
 from rlkit_core.errors import ConfigError
 from rlkit_core.testing.engine import (
@@ -118,6 +120,44 @@ def test_resuming_with_other_parallel_sizes_is_one_line(tmp_path):
     layout.write_text(json.dumps({"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1, "data_parallel_size": 1}))
     with pytest.raises(RlkitError, match=r"saved with .*tensor_model_parallel_size': 2.*resume with the Megatron YAML's parallel sizes"):
         trainer.load(tmp_path / "ckpts" / "checkpoint_1")
+
+
+@pytest.mark.parametrize("damaged", ["model_tp0_pp0.safetensors", "optimizer_rank0.pt"])
+def test_a_cut_checkpoint_file_is_named_on_resume(damaged, tmp_path):
+    """The loop's reading of a checkpoint names a cut-short file of the NeMo engine's state in
+    one line, as it does the accelerate engine's."""
+    from rlkit_core.errors import RlkitError
+
+    trainer = run("sft", tmp_path, overrides=dict(train=dict(total_steps=1, checkpoint_interval=1)))
+    checkpoint = tmp_path / "ckpts" / "checkpoint_1"
+    path = checkpoint / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(RlkitError) as error:
+        trainer.load(checkpoint)
+    message = str(error.value)
+    assert message.startswith(f"{path}: truncated") and "\n" not in message, message
+    assert message.endswith(f"checkpoint {checkpoint} cannot be loaded, resume from an earlier one")
+
+
+class Boom:
+    def __init__(self, mark):
+        self.mark = mark
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.mark}",))
+
+
+def test_an_optimizer_file_holding_code_is_refused_and_nothing_runs(tmp_path):
+    from rlkit_core.errors import RlkitError
+
+    trainer = run("sft", tmp_path, overrides=dict(train=dict(total_steps=1, checkpoint_interval=1)))
+    checkpoint = tmp_path / "ckpts" / "checkpoint_1"
+    mark = tmp_path / "pwned"
+    torch.save([{"state": {}, "evil": Boom(mark)}], checkpoint / "optimizer_rank0.pt")
+    with pytest.raises(RlkitError) as error:
+        trainer.load(checkpoint)
+    assert str(error.value).startswith(f"{checkpoint / 'optimizer_rank0.pt'}: refused, it holds objects that need code to load")
+    assert not mark.exists()  # nothing ran
 
 
 def test_a_bf16_yaml_without_o2_runs_fp32_weights_under_bf16_autocast(tmp_path):
