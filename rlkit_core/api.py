@@ -111,7 +111,7 @@ def default_config(mode: str, registry: Registry) -> TRLConfig:
 def resolve_trainer(config: TRLConfig, method: MethodSpec, registry: Registry) -> TrainerSpec:
     """The trainer named by ``train.trainer``, checked against the method and backend."""
     name = config.train.trainer
-    spec = registry.find("trainer", name) or paired_trainer(name, method, registry, config.train.backend)
+    spec = registry.find("trainer", name)  # a registered trainer, or a method x engine pair (rlkit_core.pairing)
     backend = config.train.backend or (spec.backend if spec else _backend_from_trainer_name(name, method))
     if spec is None:
         installed = ", ".join(
@@ -131,33 +131,6 @@ def resolve_trainer(config: TRLConfig, method: MethodSpec, registry: Registry) -
     if config.train.backend and spec.backend and spec.backend.lower() != config.train.backend.lower():
         raise ConfigError(f"train.trainer: {name} runs on backend {spec.backend}, but train.backend is {config.train.backend}")
     return spec
-
-
-def paired_trainer(name: str, method: MethodSpec, registry: Registry, backend: str | None = None) -> TrainerSpec | None:
-    """``<Backend><Method>Trainer`` (``AccelerateGRPOTrainer``, ``NeMoGRPOTrainer``) for a
-    method with a ``trainer`` and a backend with an ``engine``: the method's trainer on that
-    engine, with no trainer written for the pair. None when either side lacks it."""
-    backend = backend or _backend_from_trainer_name(name, method)
-    engine_spec = next((e.spec for e in registry.entries("backend") if e.spec.name.lower() == backend.lower()), None)
-    if method.trainer is None or engine_spec is None or engine_spec.engine is None:
-        return None
-    if name.lower() != f"{backend}{method.name}trainer" and not any(
-        name.lower() == f"{backend}{alias}trainer".lower() for alias in method.names
-    ):
-        return None
-    return TrainerSpec(name, _Pairing(method.trainer, engine_spec.engine), method=method.name, backend=engine_spec.name)
-
-
-@attrs.frozen
-class _Pairing:
-    """Calls the method's trainer with ``engine=`` the backend's engine class (both imported on call)."""
-
-    trainer: Any
-    engine: Any
-
-    def __call__(self, **kwargs):
-        trainer = load_target(self.trainer, what="method trainer")
-        return trainer(engine=load_target(self.engine, what="engine"), **kwargs)
 
 
 def _backend_from_trainer_name(name: str, method: MethodSpec) -> str:

@@ -18,12 +18,16 @@ from typing import Any, Callable, Iterable, Mapping
 import attrs
 
 from rlkit_core.errors import RegistryError
+from rlkit_core.pairing import Pairing, trainer_name
 
 Target = Any  # an object, or an import string "module:attribute"
 
 
 def load_target(target: Target, *, what: str = "object") -> Any:
-    """Return ``target`` itself, or import it when it is a ``"module:attribute"`` string."""
+    """Return ``target`` itself, import it when it is a ``"module:attribute"`` string, or make
+    a pair's class (:class:`rlkit_core.pairing.Pairing`)."""
+    if isinstance(target, Pairing):
+        return target.load()
     if not isinstance(target, str):
         return target
     module_name, sep, attr_path = target.partition(":")
@@ -56,7 +60,8 @@ class MethodSpec:
     ``mode`` is how ``train()`` feeds it: ``"online"`` (reward_fn + prompts),
     ``"offline"`` (samples + rewards) or ``"supervised"`` (samples).
     ``trainer`` is the method's engine-independent trainer class (or import string), a
-    subclass of ``rlkit_methods.loop.trainer.RLTrainer`` constructed with ``engine=``.
+    subclass of ``rlkit_methods.loop.trainer.RLTrainer`` constructed with ``engine=``: with it
+    the method runs on every backend that gives an ``engine`` (:mod:`rlkit_core.pairing`).
     """
 
     name: str
@@ -93,19 +98,25 @@ def _trainers(value: Iterable[TrainerSpec] | Mapping[str, Target]) -> tuple[Trai
 
 @attrs.frozen
 class BackendSpec:
-    """An engine (accelerate, nemo, ...) and the trainers it names, one per method.
+    """An engine (accelerate, nemo, ...).
 
     ``engine`` is the engine class (or import string) implementing
     :class:`rlkit_core.engine.Engine`. With it, every method that gives a ``trainer`` runs on
-    this backend: ``train.trainer: <Backend><Method>Trainer`` (e.g. ``AccelerateGRPOTrainer``)
-    pairs them without a trainer written for the backend. ``trainers`` name trlX's pairings
-    (``AcceleratePPOTrainer``) with their own constructor signatures.
+    this backend as ``<trainer_prefix><Method>Trainer`` (``AcceleratePPOTrainer``,
+    ``NeMoGRPOTrainer``; the prefix defaults to the capitalised name), a class made by
+    :mod:`rlkit_core.pairing` with trlX's constructor and the engine's keyword arguments.
+    ``requires`` (optional, a callable or import string) is called with
+    ``"train.trainer: <Name>"`` before a pair builds anything and raises a one-line error when
+    the engine cannot run here (e.g. its library is missing). ``trainers`` are classes written
+    by hand for this backend, selected by name before the pairs.
     """
 
     name: str
     trainers: tuple[TrainerSpec, ...] = attrs.field(default=(), converter=_trainers)
     description: str = ""
     engine: Target | None = None
+    trainer_prefix: str | None = None
+    requires: Target | None = None
 
 
 @attrs.frozen
@@ -182,12 +193,35 @@ class Registry:
     # looking up ------------------------------------------------------------------------
 
     def entries(self, kind: str) -> list[Entry]:
-        """Unique entries of a kind (aliases collapsed), in registration order."""
+        """Unique entries of a kind (aliases collapsed), in registration order; trainers end
+        with the method x engine pairs no registered trainer's name shadows."""
         seen: list[Entry] = []
         for entry in self._tables[kind].values():
             if all(entry.spec is not other.spec for other in seen):
                 seen.append(entry)
+        if kind == "trainer":
+            seen += [e for e in self.pairings() if e.spec.name.lower() not in self._tables["trainer"]]
         return seen
+
+    def pairings(self) -> list[Entry]:
+        """A trainer for every method that gives a ``trainer`` on every backend that gives an
+        ``engine`` (:mod:`rlkit_core.pairing`), provided by the backend's plugin."""
+        return [entry for entry, _ in self._pairs()]
+
+    def _pairs(self) -> list[tuple[Entry, set[str]]]:
+        """(entry, the lower-cased names that select it): trlX's name, and the backend's name
+        followed by any of the method's names (``accelerateppoconfigtrainer`` too)."""
+        methods = [e.spec for e in self.entries("method") if e.spec.trainer is not None]
+        pairs = []
+        for backend in self.entries("backend"):
+            if backend.spec.engine is None:
+                continue
+            for method in methods:
+                name = trainer_name(backend.spec, method)
+                target = Pairing(name, method.trainer, backend.spec.engine, backend.spec.requires)
+                entry = Entry(TrainerSpec(name, target, method=method.name, backend=backend.spec.name), backend.provider)
+                pairs.append((entry, {name.lower()} | {f"{backend.spec.name}{m}trainer".lower() for m in method.names}))
+        return pairs
 
     def names(self, kind: str, *, where: Callable[[Any], bool] | None = None) -> list[str]:
         return sorted(e.spec.name for e in self.entries(kind) if where is None or where(e.spec))
@@ -195,11 +229,16 @@ class Registry:
     def find(self, kind: str, name: str) -> Any | None:
         if (kind, name.lower()) in self.conflicts:
             raise RegistryError(self.conflicts[(kind, name.lower())])
-        entry = self._tables[kind].get(name.lower())
+        entry = self._tables[kind].get(name.lower()) or self._pairing(kind, name)
         return None if entry is None else entry.spec
 
+    def _pairing(self, kind: str, name: str) -> Entry | None:
+        if kind != "trainer" or not name.lower().endswith("trainer"):
+            return None
+        return next((entry for entry, names in self._pairs() if name.lower() in names), None)
+
     def provider(self, kind: str, name: str) -> str | None:
-        entry = self._tables[kind].get(name.lower())
+        entry = self._tables[kind].get(name.lower()) or self._pairing(kind, name)
         return None if entry is None else entry.provider
 
     def get(self, kind: str, name: str, *, where: Callable[[Any], bool] | None = None) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from rlkit_core.api import paired_trainer, train
+from rlkit_core.api import train
 from rlkit_core.config import ComponentConfig, SourceConfig, TRLConfig
 from rlkit_core.errors import ConfigError, RegistryError
 from rlkit_core.plugins import get_host
@@ -63,9 +63,7 @@ def check_names(config: TRLConfig, registry: Registry) -> None:
         if registry.find(kind, name) is None or (where and not where(registry.find(kind, name))):
             errors.append(f"{path}: {registry.unknown_message(kind, name, where=where)}")
 
-    method = registry.find("method", config.method.name)
-    if method is None or paired_trainer(config.train.trainer, method, registry, config.train.backend) is None:
-        need("trainer", config.train.trainer, "train.trainer")
+    need("trainer", config.train.trainer, "train.trainer")
     need("pipeline", config.train.pipeline, "train.pipeline", lambda s: s.kind == "prompt")
     for key in ("prompts", "eval_prompts", "samples"):
         source = getattr(config.data, key)

@@ -1,6 +1,6 @@
 """A method from a third-party distribution (entry point only) trains randomwalks on the
 accelerate engine as ``AccelerateReinforceTrainer``, a name no plugin registers: the method's
-trainer is paired with the backend's engine (rlkit_core.api.paired_trainer). The NeMo engine
+trainer is paired with the backend's engine (rlkit_core.pairing). The NeMo engine
 runs the same plugin in tests/nemo/megatron."""
 
 import sys
@@ -28,7 +28,9 @@ def test_reinforce_from_a_plugin_distribution_trains_on_accelerate(tmp_path, fak
         set_host(previous)
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
-    assert type(trainer).__name__ == "ReinforceTrainer" and type(trainer.engine).__name__ == "AccelerateEngine"
+    # the pair: its own class, named as trlX names trainers, over the method's trainer (rlkit_core.pairing)
+    assert type(trainer).__name__ == "AccelerateReinforceTrainer" and type(trainer).__mro__[1].__name__ == "ReinforceTrainer"
+    assert type(trainer.engine).__name__ == "AccelerateEngine"
     assert trainer.iter_count == 8
     from rlkit_methods.loop.metrics_log import read_metrics
 

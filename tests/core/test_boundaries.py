@@ -53,6 +53,22 @@ def test_backends_never_import_each_other(backend, other):
     assert offending(backend, (other,)) == []
 
 
+ENGINE_KIT = "rlkit_methods.engine_kit"
+
+
+@pytest.mark.parametrize("engine", ["rlkit_accelerate", "rlkit_nemo"])
+def test_engines_import_nothing_of_the_methods_but_the_engine_kit(engine):
+    """Engines share plumbing through rlkit_methods.engine_kit, never through a method's internals
+    (ARCHITECTURE.md §4); the trainers they run are paired by the core (rlkit_core.pairing)."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in sorted(PACKAGES[engine].rglob("*.py"))
+        for module, line in imports(path)
+        if module.split(".")[0] == "rlkit_methods" and module != ENGINE_KIT
+    ]
+    assert found == []
+
+
 def test_only_the_cli_imports_the_cli():
     found = [
         f"{path.relative_to(ROOT)}:{line}"

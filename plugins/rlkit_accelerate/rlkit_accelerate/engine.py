@@ -23,8 +23,7 @@ from accelerate.utils import broadcast_object_list, gather_object, set_seed
 from rlkit_core.engine import ModelSpec, QGuidance, check_forward_kind
 from rlkit_core.errors import ConfigError, RlkitError
 from rlkit_core.process_group import destroy_at_clean_exit
-from rlkit_methods.data.tokenizers import load_tokenizer
-from rlkit_methods.loop.batching import split_microbatches
+from rlkit_methods.engine_kit import load_tokenizer, split_microbatches, to_cpu, to_device
 
 from rlkit_accelerate import assets
 from rlkit_accelerate.build import build_model, is_seq2seq
@@ -43,30 +42,6 @@ from rlkit_accelerate.sharding import (
 )
 
 SCHEDULER_FILE = "scheduler.json"
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Move every tensor of a tensor, dict, list or dataclass batch to ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, list):
-        return [to_device(v, device) for v in batch]
-    if hasattr(batch, "__dataclass_fields__"):
-        return type(batch)(**{k: to_device(getattr(batch, k), device) for k in batch.__dataclass_fields__})
-    return batch
-
-
-def to_cpu(outputs: dict[str, Any]) -> dict[str, Any]:
-    def move(value):
-        if isinstance(value, torch.Tensor):
-            return value.cpu()
-        if isinstance(value, (list, tuple)):
-            return type(value)(move(v) for v in value)
-        return value
-
-    return {k: move(v) for k, v in outputs.items()}
 
 
 class AccelerateEngine:

@@ -12,10 +12,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from rlkit_methods.common.stats import logprobs_of_labels
-from rlkit_methods.data.padding import position_ids_from_mask
-from rlkit_methods.ilql.losses import batched_index_select
-from rlkit_methods.sft.store import IGNORE_INDEX
+from rlkit_methods.engine_kit import IGNORE_INDEX, batched_index_select, logprobs_of_labels, position_ids_from_mask
 
 
 def _get(batch: Any, key: str, default: Any = None) -> Any:

@@ -7,7 +7,7 @@ from typing import Any, Iterable
 import torch
 
 from rlkit_core.errors import ConfigError
-from rlkit_methods.common.optim import get_optimizer_class, get_scheduler_class
+from rlkit_methods.engine_kit import get_optimizer_class, get_scheduler_class
 
 FUSED = ("adam", "adamw")  # torch has fused kernels for these on CPU and CUDA
 

@@ -1,12 +1,12 @@
-"""Entry point of rlkit-accelerate: the ``accelerate`` backend and its trainers.
+"""Entry point of rlkit-accelerate: the ``accelerate`` backend.
 
-Trainers are named by import strings and everything heavy is imported inside functions, so
-listing plugins imports neither torch nor transformers.
+The engine is named by an import string and everything heavy is imported inside functions,
+so listing plugins imports neither torch nor transformers. Its trainers are every installed
+method's trainer on the engine, under trlX's names (``AcceleratePPOTrainer``, ...;
+:mod:`rlkit_core.pairing`).
 """
 
-from rlkit_core import BackendSpec, TrainerSpec, hookimpl
-
-_T = "rlkit_accelerate.trainers"
+from rlkit_core import BackendSpec, hookimpl
 
 
 @hookimpl
@@ -15,14 +15,7 @@ def rlkit_register_backends():
         BackendSpec(
             "accelerate",
             engine="rlkit_accelerate.engine:AccelerateEngine",
-            trainers=[
-                TrainerSpec("AcceleratePPOTrainer", f"{_T}:AcceleratePPOTrainer", method="ppo"),
-                TrainerSpec("AccelerateILQLTrainer", f"{_T}:AccelerateILQLTrainer", method="ilql"),
-                TrainerSpec("AccelerateSFTTrainer", f"{_T}:AccelerateSFTTrainer", method="sft"),
-                TrainerSpec("AccelerateRFTTrainer", f"{_T}:AccelerateRFTTrainer", method="rft"),
-                TrainerSpec("AccelerateGRPOTrainer", f"{_T}:AccelerateGRPOTrainer", method="grpo"),
-                TrainerSpec("AccelerateRLOOTrainer", f"{_T}:AccelerateRLOOTrainer", method="rloo"),
-            ],
+            trainer_prefix="Accelerate",
             description="HF transformers + accelerate (DDP, DeepSpeed, FSDP)",
         )
     ]

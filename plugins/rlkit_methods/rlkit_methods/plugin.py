@@ -1,6 +1,8 @@
 """Entry point of rlkit-methods (no torch import here: ``rlkit plugins`` must stay light).
 
-Everything heavy is named by an import string ``"module:attribute"``.
+Everything heavy is named by an import string ``"module:attribute"``. Every method gives its
+trainer, so every registered engine runs it (``AcceleratePPOTrainer``, ``NeMoILQLTrainer``, a
+third party's ``<Engine>GRPOTrainer``: :mod:`rlkit_core.pairing`).
 """
 
 from rlkit_core import MethodSpec, PipelineSpec, RewardSpec, hookimpl
@@ -13,17 +15,17 @@ def rlkit_register_methods():
     return [
         MethodSpec(
             "ppo", f"{_M}.ppo.config:PPOConfig", mode="online", aliases=("PPOConfig",),
-            default_config=f"{_M}.ppo.config:default_ppo_config",
+            default_config=f"{_M}.ppo.config:default_ppo_config", trainer=f"{_M}.ppo.trainer:PPOTrainer",
             description="PPO against a reward function (clipped policy and value losses, GAE, KL penalty)",
         ),
         MethodSpec(
             "ilql", f"{_M}.ilql.config:ILQLConfig", mode="offline", aliases=("ILQLConfig",),
-            default_config=f"{_M}.ilql.config:default_ilql_config",
+            default_config=f"{_M}.ilql.config:default_ilql_config", trainer=f"{_M}.ilql.trainer:ILQLTrainer",
             description="ILQL from reward-labelled samples (expectile V, double Q, CQL, AWAC)",
         ),
         MethodSpec(
             "sft", f"{_M}.sft.config:SFTConfig", mode="supervised", aliases=("SFTConfig",),
-            default_config=f"{_M}.sft.config:default_sft_config",
+            default_config=f"{_M}.sft.config:default_sft_config", trainer=f"{_M}.sft.trainer:SFTTrainer",
             description="Supervised fine-tuning on the output tokens",
         ),
         MethodSpec(

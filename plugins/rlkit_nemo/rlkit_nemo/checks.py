@@ -5,13 +5,26 @@ that YAML (a ``trainer_kwargs`` key, a path not found, an interpolation that doe
 resolve, a section or value NeMo does not have, sizes Megatron cannot split) is reported
 before anything heavy loads. Pure Python, as :mod:`rlkit_nemo.megatron_config` is, so a
 config is checked where megatron-core is not installed too (a run there is refused by the
-trainer, with what to install)."""
+trainer, with what to install: :func:`require_megatron`)."""
 
 from __future__ import annotations
 
 from rlkit_core.errors import ConfigError
 
 from rlkit_nemo.megatron_config import check_engine_kwargs, load_megatron_cfg, translate
+
+INSTALL_HINT = "install rlkit-nemo[nemo] (NeMo 2.7.3; see docs/nemo.md)"
+
+
+def require_megatron(what: str = "the NeMo engine"):
+    """``megatron.core``, or a one-line error saying what to install. The engine drives
+    megatron-core directly, so a GPU image needs its wheel, not NeMo's whole tree. The backend
+    calls it before a trainer builds anything (``BackendSpec.requires``)."""
+    try:
+        import megatron.core as mcore
+    except ImportError as exc:
+        raise ConfigError(f"{what} needs megatron-core, which is not importable ({exc}); {INSTALL_HINT}") from None
+    return mcore
 
 
 def runs_on_nemo(config) -> bool:

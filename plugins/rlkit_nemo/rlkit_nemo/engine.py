@@ -22,10 +22,10 @@ import torch.distributed as dist
 from rlkit_core.engine import ModelSpec, QGuidance, check_forward_kind
 from rlkit_core.errors import ConfigError
 from rlkit_core.process_group import destroy_at_clean_exit
-from rlkit_methods.data.tokenizers import load_tokenizer
+from rlkit_methods.engine_kit import load_tokenizer
 
 from rlkit_nemo import forwards, state
-from rlkit_nemo.lightning import require_megatron
+from rlkit_nemo.checks import require_megatron
 from rlkit_nemo.megatron_config import check_engine_kwargs, load_megatron_cfg, translate
 
 

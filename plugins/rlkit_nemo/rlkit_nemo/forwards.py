@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from rlkit_methods.data.padding import position_ids_from_mask
+from rlkit_methods.engine_kit import IGNORE_INDEX, batched_index_select, position_ids_from_mask
+from rlkit_methods.engine_kit import to_cpu, to_device  # noqa: F401 (the engine calls forwards.to_device)
 
 
 def get(batch: Any, key: str, default: Any = None) -> Any:
@@ -78,14 +79,10 @@ def kind_outputs(kind: str, output: Any, batch: Any) -> dict[str, Any]:
             out["values"] = heads[:, Q - 1 : -1, 0].float()  # (B, R)
         return out
     if kind == "tokens":
-        from rlkit_methods.sft.store import IGNORE_INDEX
-
         labels = get(batch, "labels")[:, 1:]  # (B, T - 1): position t predicts token t + 1
         mask = (labels != IGNORE_INDEX).float()
         logprobs = vocab_parallel_logprobs(logits[:, :-1], labels.clamp(min=0)) * mask
         return {"logprobs": logprobs, "mask": mask}
-    from rlkit_methods.ilql.losses import batched_index_select
-
     qs, target_qs, vs = heads
     return {
         "action_logits": gather_vocab(batched_index_select(logits, get(batch, "actions_ixs"), dim=1)),  # (B, A, V)
@@ -133,25 +130,3 @@ def split_rows(batch: Any, micro_batch_size: int) -> list[Any]:
     if rows % micro_batch_size:
         raise ValueError(f"a batch of {rows} rows does not split into micro-batches of {micro_batch_size}")
     return [slice_rows(batch, i, i + micro_batch_size, rows) for i in range(0, rows, micro_batch_size)]
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    if dataclasses.is_dataclass(batch) or isinstance(batch, dict):
-        parts = {k: to_device(v, device) for k, v in _fields(batch).items()}
-        return dataclasses.replace(batch, **parts) if dataclasses.is_dataclass(batch) else parts
-    return batch
-
-
-def to_cpu(outputs: dict[str, Any]) -> dict[str, Any]:
-    def move(value):
-        if isinstance(value, torch.Tensor):
-            return value.detach().cpu()
-        if isinstance(value, (list, tuple)):
-            return type(value)(move(v) for v in value)
-        return value
-
-    return {k: move(v) for k, v in outputs.items()}

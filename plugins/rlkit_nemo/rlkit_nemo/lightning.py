@@ -1,6 +1,8 @@
 """``megatron_trainer(cfg)``: NeMo 2's Lightning trainer for a Megatron YAML (trlX's function,
 on NeMo 2: ``nemo.lightning.Trainer`` + ``MegatronStrategy`` + ``MegatronMixedPrecision``
-+ ``NeMoLogger``), and the Megatron optimizer and data sampler of the same YAML."""
++ ``NeMoLogger``), and the Megatron optimizer and data sampler of the same YAML. trlX
+compatibility only: the engine (:mod:`rlkit_nemo.engine`) drives megatron-core itself, and
+``rlkit_nemo`` imports this module when one of these names is asked for."""
 
 from __future__ import annotations
 
@@ -8,9 +10,8 @@ from typing import Any
 
 from rlkit_core.errors import ConfigError
 
+from rlkit_nemo.checks import INSTALL_HINT
 from rlkit_nemo.megatron_config import MegatronCfg, translate
-
-INSTALL_HINT = "install rlkit-nemo[nemo] (NeMo 2.7.3; see docs/nemo.md)"
 
 
 def require_nemo(what: str = "the NeMo backend"):
@@ -20,16 +21,6 @@ def require_nemo(what: str = "the NeMo backend"):
     except ImportError as exc:
         raise ConfigError(f"{what} needs NeMo, which is not importable ({exc}); {INSTALL_HINT}") from None
     return nl
-
-
-def require_megatron(what: str = "the NeMo trainers"):
-    """``megatron.core``, or a one-line error saying what to install. The trainers drive
-    megatron-core directly, so a GPU image needs its wheel, not NeMo's whole tree."""
-    try:
-        import megatron.core as mcore
-    except ImportError as exc:
-        raise ConfigError(f"{what} needs megatron-core, which is not importable ({exc}); {INSTALL_HINT}") from None
-    return mcore
 
 
 def _dtype(name: str | None):

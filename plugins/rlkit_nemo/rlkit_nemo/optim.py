@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from rlkit_core.errors import ConfigError
-from rlkit_methods.common.optim import get_scheduler_class
+from rlkit_methods.engine_kit import get_scheduler_class
 
 OPTIMIZERS = {"adam": ("adam", False), "adamw": ("adam", True), "sgd": ("sgd", False)}
 

@@ -1,13 +1,13 @@
-"""Entry point of rlkit-nemo: the ``nemo`` backend, its engine and trlX's trainer names.
+"""Entry point of rlkit-nemo: the ``nemo`` backend and its engine.
 
 Everything is named by import strings and the modules import NeMo and megatron-core only when
-an engine is built, so the plugin loads whether or not NeMo is installed; selecting a trainer
-without megatron-core is a one-line error saying ``install rlkit-nemo[nemo]``.
+an engine is built, so the plugin loads whether or not NeMo is installed. Its trainers are every
+installed method's trainer on the engine under trlX's names (``NeMoPPOTrainer``,
+``NeMoILQLTrainer``, ...; :mod:`rlkit_core.pairing`); selecting one without megatron-core is a
+one-line error saying ``install rlkit-nemo[nemo]``.
 """
 
-from rlkit_core import BackendSpec, TrainerSpec, hookimpl
-
-_T = "rlkit_nemo.trainers"
+from rlkit_core import BackendSpec, hookimpl
 
 
 @hookimpl
@@ -16,9 +16,8 @@ def rlkit_register_backends():
         BackendSpec(
             "nemo",
             engine="rlkit_nemo.engine:MegatronEngine",
-            # trlX's names (NeMoPPOTrainer, NeMoILQLTrainer, NeMoSFTTrainer) and the same pattern for RFT, GRPO and RLOO
-            trainers=[TrainerSpec(f"NeMo{m}Trainer", f"{_T}:NeMo{m}Trainer", method=m.lower())
-                      for m in ("PPO", "ILQL", "SFT", "RFT", "GRPO", "RLOO")],
+            trainer_prefix="NeMo",
+            requires="rlkit_nemo.checks:require_megatron",
             description="NeMo 2 + megatron-core (tensor/pipeline/data parallel)",
         )
     ]

@@ -1,6 +1,6 @@
 """GRPO and RLOO (rlkit_methods, written once) train randomwalks on the NeMo engine as
 NeMoGRPOTrainer / NeMoRLOOTrainer: names no plugin registers, paired from the methods'
-trainers and the engine (rlkit_core.api.paired_trainer); the accelerate side is
+trainers and the engine (rlkit_core.pairing); the accelerate side is
 tests/accelerate/trainers/test_grpo_trainer.py. Tiny GPT on CPU."""
 
 import pytest

@@ -25,7 +25,9 @@ def test_reinforce_from_a_plugin_distribution_trains_on_nemo(tmp_path, fake_dist
         trainer = nemo_walks.run("ppo", tmp_path, config_overrides=overrides)
     finally:
         set_host(previous)
-    assert type(trainer).__name__ == "ReinforceTrainer" and type(trainer.engine).__name__ == "MegatronEngine"
+    # the pair: its own class, named as trlX names trainers, over the method's trainer (rlkit_core.pairing)
+    assert type(trainer).__name__ == "NeMoReinforceTrainer" and type(trainer).__mro__[1].__name__ == "ReinforceTrainer"
+    assert type(trainer.engine).__name__ == "MegatronEngine"
     train = [r for r in read_metrics(tmp_path / "ckpts" / "logs") if r["kind"] == "train"]
     assert [r["step"] for r in train] == list(range(1, 7))
     assert all(abs(r["losses/policy_loss"]) < 1e6 for r in train)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from rlkit_core.errors import RlkitError
-from rlkit_methods.data.padding import position_ids_from_mask
+from rlkit_methods.engine_kit import position_ids_from_mask
 
 __all__ = [
     "BranchInput",

@@ -17,8 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlkit_methods.ilql.losses import batched_index_select
-from rlkit_methods.ilql.sampling import q_guided_logits, sync_target
+from rlkit_methods.engine_kit import batched_index_select, q_guided_logits, sync_target
 
 from rlkit_accelerate.models.blocks import capture_head_input, find_layout, position_ids_from_mask
 from rlkit_accelerate.models.cache_name import CACHE_FIELD, output_cache

@@ -25,7 +25,7 @@ from torch import nn
 
 from rlkit_accelerate.models.adapters import is_peft_model
 from rlkit_accelerate.models.cache_name import CACHE_FIELD, output_cache
-from rlkit_methods.data.padding import position_ids_from_mask
+from rlkit_methods.engine_kit import position_ids_from_mask
 
 # what makes generate feed rows other than one per prompt row, or bring its own cache
 NOT_SHARED = ("past_key_values", "cache", "assistant_model", "prompt_lookup_num_tokens", "penalty_alpha", "inputs_embeds")
