@@ -91,3 +91,22 @@ def test_importing_every_core_module_and_plugin_entry_point_loads_no_torch():
     code += "heavy = [m for m in ('torch', 'transformers', 'accelerate') if m in sys.modules]\nprint(heavy)\nsys.exit(bool(heavy))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_trlx_compatibility_loads_only_when_a_trlx_name_is_used():
+    """The engines' and the loop's modules import no trlX-shaped module (the trlX model classes,
+    rlkit_nemo.lightning); asking for a trlX name imports it."""
+    compat = ("rlkit_accelerate.models.trlx_base", "rlkit_accelerate.models.trlx_ppo", "rlkit_accelerate.models.trlx_ilql",
+              "rlkit_nemo.lightning")
+    code = (
+        "import sys\n"
+        "import rlkit_accelerate.engine, rlkit_accelerate.build, rlkit_accelerate.models, rlkit_nemo, rlkit_nemo.engine\n"
+        "import rlkit_methods.loop.trainer, rlkit_methods.ppo.trainer, rlkit_methods.ilql.trainer, rlkit_methods.sft.trainer\n"
+        f"loaded = [m for m in {compat!r} if m in sys.modules]\n"
+        "from rlkit_accelerate.models import AutoModelForCausalLMWithILQLHeads\n"
+        "from rlkit_nemo import megatron_trainer\n"
+        f"print(loaded, [m for m in {compat!r} if m not in sys.modules])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[] []"

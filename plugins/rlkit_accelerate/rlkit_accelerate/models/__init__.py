@@ -7,7 +7,9 @@
   models, over the decoder (``find_seq2seq_layout`` finds its pieces).
 - ``load_causal_lm`` / ``load_seq2seq_lm``: a model from a folder, hub id, config or model.
 - trlX's classes (``AutoModelForCausalLMWithHydraValueHead``, ...) and ``hf_get_*`` helpers,
-  with trlX's API over the classes above (``trlx_ppo``, ``trlx_ilql``, ``hf_utils``).
+  with trlX's API over the classes above (``trlx_ppo``, ``trlx_ilql``, ``hf_utils``). The
+  classes are compatibility only: the engine never uses them, and they are imported the
+  first time one is asked for.
 """
 
 from rlkit_accelerate.models.blocks import (
@@ -34,13 +36,15 @@ from rlkit_accelerate.models.loading import load_causal_lm, load_heads, load_sav
 from rlkit_accelerate.models.policy import CausalLMWithValueHead, PolicyOutput
 from rlkit_accelerate.models.seq2seq import Seq2SeqLayout, Seq2SeqLMWithValueHead, find_seq2seq_layout
 from rlkit_accelerate.models.seq2seq_ilql import Seq2SeqLMWithILQLHeads
-from rlkit_accelerate.models.trlx_ilql import AutoModelForCausalLMWithILQLHeads, AutoModelForSeq2SeqLMWithILQLHeads
-from rlkit_accelerate.models.trlx_ppo import (
-    AutoModelForCausalLMWithHydraValueHead,
-    AutoModelForCausalLMWithValueHead,
-    AutoModelForSeq2SeqLMWithHydraValueHead,
-    AutoModelForSeq2SeqLMWithValueHead,
-)
+
+_TRLX = {
+    "AutoModelForCausalLMWithHydraValueHead": "trlx_ppo",
+    "AutoModelForCausalLMWithValueHead": "trlx_ppo",
+    "AutoModelForSeq2SeqLMWithHydraValueHead": "trlx_ppo",
+    "AutoModelForSeq2SeqLMWithValueHead": "trlx_ppo",
+    "AutoModelForCausalLMWithILQLHeads": "trlx_ilql",
+    "AutoModelForSeq2SeqLMWithILQLHeads": "trlx_ilql",
+}
 
 __all__ = [
     "AutoModelForCausalLMWithHydraValueHead",
@@ -82,3 +86,11 @@ __all__ = [
     "run_trunk",
     "save_heads",
 ]
+
+
+def __getattr__(name: str):
+    if name in _TRLX:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_TRLX[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

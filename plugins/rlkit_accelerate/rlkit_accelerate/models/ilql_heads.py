@@ -168,8 +168,6 @@ class CausalLMWithILQLHeads(nn.Module):
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
         return ILQLOutput(out.logits, qs, target_qs, vs, output_cache(out) if use_cache else None)
 
-    _heads_forward = forward  # the heads' forward, kept when a subclass (trlX's API) redefines forward
-
     def _decode_forward(self, input_ids, attention_mask, position_ids, past_key_values) -> ILQLOutput:
         """One decoding step: the LM logits, target Qs and V at the last position only."""
         with capture_head_input(self.layout.lm_head) as captured:

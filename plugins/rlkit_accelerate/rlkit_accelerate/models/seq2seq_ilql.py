@@ -80,7 +80,13 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
         qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
         return ILQLOutput(out.logits, qs, target_qs, vs, output_cache(out) if use_cache else None)
 
-    _heads_forward = forward  # generation's forward, kept when a subclass (trlX's API) redefines forward
+    def _decode_forward(self, attention_mask, decoder_input_ids, encoder_outputs, past_key_values) -> ILQLOutput:
+        """One decoding step on the cache: the decoder's logits and heads over ``decoder_input_ids``."""
+        with capture_head_input(self.layout.lm_head) as captured:
+            out = self.base_model(attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                                  encoder_outputs=encoder_outputs, **{CACHE_FIELD: past_key_values}, use_cache=True)
+        qs, target_qs, vs = self.ilql_heads(captured["hidden"], None, None)
+        return ILQLOutput(out.logits, qs, target_qs, vs, output_cache(out))
 
     def sync_target_q_heads(self, alpha: float | None = None) -> None:
         self.ilql_heads.sync_target_q_heads(alpha)
@@ -129,8 +135,7 @@ class Seq2SeqLMWithILQLHeads(nn.Module):
         new_tokens, cache = [], None
         finished = torch.zeros(B, dtype=torch.bool, device=input_ids.device)  # [B]
         for step in range(max_new_tokens):
-            out = self._heads_forward(attention_mask=attention_mask, decoder_input_ids=step_ids, encoder_outputs=encoder_outputs,
-                               past_key_values=cache, use_cache=True)
+            out = self._decode_forward(attention_mask, step_ids, encoder_outputs, cache)
             cache = out.past_key_values  # rlkit's ILQLOutput
             next_ids, finished = q_guided_step(out, last_tokens, finished, eos_ids, pad_token_id, step < min_new_tokens,
                                                beta=beta, top_k=top_k, temperature=temperature, logit_mask=logit_mask,

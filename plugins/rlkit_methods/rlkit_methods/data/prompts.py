@@ -6,9 +6,10 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from rlkit_methods.data.padding import pad, position_ids_from_mask
+from rlkit_methods.data.trlx_loader import TrlxLoader
 
 
 def apply_chat_template(texts: Sequence[str], tokenizer: Any, template: bool | str) -> list[str]:
@@ -24,7 +25,7 @@ def apply_chat_template(texts: Sequence[str], tokenizer: Any, template: bool | s
                                           add_generation_prompt=True, **kwargs) for text in texts]
 
 
-class PromptPipeline(Dataset):
+class PromptPipeline(TrlxLoader, Dataset):
     """Prompts for rollouts or evaluation, tokenized once and left-padded per batch.
 
     :param prompts: strings (an empty string or None becomes the BOS token, else EOS), or dicts with a ``"prompt"`` key whose other keys are passed
@@ -119,8 +120,3 @@ class PromptPipeline(Dataset):
                 out[key] = [x[key] for x in xs]
         return out
 
-    def create_loader(self, batch_size: int, shuffle: bool = False, sampler=None, drop_last: bool = False) -> DataLoader:
-        return DataLoader(
-            self, batch_size=batch_size, collate_fn=self.collate, shuffle=shuffle, sampler=sampler,
-            num_workers=0, drop_last=drop_last,
-        )

@@ -15,16 +15,16 @@ only when there are at least two samples and ``std > 0`` (equal rewards give 0, 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from rlkit_methods.common.validate import check_rewards, check_samples
 from rlkit_methods.data.dialogue import DialogMessage, tokenize_dialogue
 from rlkit_methods.data.padding import pad, position_ids_from_mask
+from rlkit_methods.data.trlx_loader import TrlxLoader
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +64,10 @@ def ilql_collate_fn(elems: Sequence[ILQLElement]) -> ILQLBatch:
     )
 
 
-class ILQLRolloutStorage(Dataset):
+class ILQLRolloutStorage(TrlxLoader, Dataset):
     """trlX's ``ILQLRolloutStorage``: parallel lists of per-sample tensors."""
+
+    loader_shuffle, loader_drop_last = True, "several processes"  # trlX's create_loader defaults
 
     def __init__(self, input_ids, attention_mask, rewards, states_ixs, actions_ixs, dones):
         super().__init__()
@@ -81,18 +83,17 @@ class ILQLRolloutStorage(Dataset):
     def __len__(self) -> int:
         return len(self.input_ids)
 
-    def create_loader(self, batch_size: int, shuffle: bool = True, drop_last: bool | None = None, **kwargs) -> DataLoader:
-        if drop_last is None:
-            drop_last = several_processes()
-        return DataLoader(self, batch_size=batch_size, shuffle=shuffle, collate_fn=ilql_collate_fn,
-                          drop_last=drop_last, **kwargs)
+    def collate(self, elems: Sequence[ILQLElement]) -> ILQLBatch:
+        return ilql_collate_fn(elems)
 
 
-class ILQLSeq2SeqRolloutStorage(Dataset):
+class ILQLSeq2SeqRolloutStorage(TrlxLoader, Dataset):
     """trlX's ``ILQLSeq2SeqRolloutStorage``: parallel lists of per-sample tensors for an
     encoder-decoder model; ``decoder_input_ids`` are ``[start, a_1 .. a_n]`` and the indices
     count decoder positions. Batches are right-padded with ``pad_token_id`` (trlX pads with 0,
     T5's pad id) and carry the decoder attention mask trlX left out."""
+
+    loader_shuffle, loader_drop_last = True, "several processes"  # trlX's create_loader defaults
 
     def __init__(self, input_ids, attention_mask, decoder_input_ids, rewards, states_ixs, actions_ixs, dones,
                  pad_token_id: int = 0):
@@ -119,16 +120,6 @@ class ILQLSeq2SeqRolloutStorage(Dataset):
 
         pad_values = {"input_ids": self.pad_token_id, "decoder_input_ids": self.pad_token_id, "rewards": 0.0}
         return Seq2SeqILQLBatch(**{key: pad([e[key] for e in items], pad_values.get(key, 0), "right") for key in items[0]})
-
-    def create_loader(self, batch_size: int, shuffle: bool = True, drop_last: bool | None = None, **kwargs) -> DataLoader:
-        if drop_last is None:
-            drop_last = several_processes()
-        return DataLoader(self, batch_size=batch_size, shuffle=shuffle, collate_fn=self.collate, drop_last=drop_last, **kwargs)
-
-
-def several_processes() -> bool:
-    """trlX's loaders dropped the last batch when several processes ran (torchrun's WORLD_SIZE)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def normalize_rewards(rewards: Sequence[float]) -> torch.Tensor:

@@ -43,13 +43,6 @@ class ILQLTrainer(OfflineTrainer):
 
             self.store = make_experience(samples, rewards, self.tokenizer, max_length)
 
-    def collate(self, items):
-        if hasattr(self.store, "collate"):
-            return self.store.collate(items)
-        from rlkit_methods.ilql.store import ilql_collate_fn
-
-        return ilql_collate_fn(items)
-
     def loss(self, outputs, batch):
         method = self.config.method
         if getattr(batch, "decoder_input_ids", None) is not None:

@@ -9,16 +9,17 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from rlkit_methods.common.validate import check_samples
 from rlkit_methods.data.dialogue import DialogMessage, tokenize_dialogue
 from rlkit_methods.data.padding import pad, position_ids_from_mask
+from rlkit_methods.data.trlx_loader import TrlxLoader
 
 IGNORE_INDEX = -100  # CrossEntropyLoss's ignore index
 
 
-class SFTStore(Dataset):
+class SFTStore(TrlxLoader, Dataset):
     """trlX's ``DialogStore``: ``input_ids``, ``attention_mask`` and ``labels`` per sample."""
 
     def __init__(self, dialogs: Sequence[Sequence[DialogMessage]], tokenizer: Any):
@@ -51,8 +52,6 @@ class SFTStore(Dataset):
             "labels": pad([e["labels"] for e in elems], IGNORE_INDEX, side),
         }
 
-    def create_loader(self, batch_size: int, shuffle: bool = False, **kwargs) -> DataLoader:
-        return DataLoader(self, batch_size=batch_size, collate_fn=self.collate, shuffle=shuffle, **kwargs)
 
 
 def make_sft_experience(samples: Sequence[Any], tokenizer: Any, max_length: int = 2048) -> SFTStore:
