@@ -148,6 +148,22 @@ def test_ilql_seq2seq_storage_takes_trlx_arguments_and_pads_on_the_right():
     assert [mb.decoder_input_ids.tolist() for mb in minibatches] == [[[0, 11, 12]], [[0, 13, 0]]]
 
 
+
+def test_create_loader_keeps_each_stores_trlx_defaults(monkeypatch, char_tokenizer):
+    from torch.utils.data import RandomSampler, SequentialSampler
+
+    from rlkit_methods.sft.store import make_sft_experience
+
+    ilql = make_experience([["ab", "cd"], ["e", "fgh"], ["i", "j"]], [1.0, 0.0, 0.5], char_tokenizer, max_length=16)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    loader = ilql.create_loader(2)
+    assert isinstance(loader.sampler, RandomSampler) and not loader.drop_last  # trlX's ILQL loaders shuffled
+    assert len(list(loader)) == 2 and type(next(iter(loader))).__name__ == "ILQLBatch"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert ilql.create_loader(2).drop_last and not ilql.create_loader(2, drop_last=False).drop_last
+    sft = make_sft_experience(["ab", "cd", "e"], char_tokenizer).create_loader(2)
+    assert isinstance(sft.sampler, SequentialSampler) and not sft.drop_last
+
 def test_make_experience_verbose_logs_what_trlx_printed(char_tokenizer, caplog):
     samples, rewards = [["ab", "cd"], ["e", "fgh"]], [1.0, 0.0]
     with caplog.at_level(logging.INFO, logger="rlkit_methods.ilql.store"):
