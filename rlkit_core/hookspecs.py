@@ -36,14 +36,16 @@ def rlkit_register_methods():
 
 @hookspec
 def rlkit_register_backends():
-    """Register backends (accelerate, nemo, ...) and the trainers they provide per method.
+    """Register backends (accelerate, nemo, ...): their engines, and any trainers written for them.
 
-    :return: a list of :class:`rlkit_core.registry.BackendSpec`, each holding
-        :class:`rlkit_core.registry.TrainerSpec` records such as
-        ``TrainerSpec("AcceleratePPOTrainer", "pkg.mod:AcceleratePPOTrainer", method="ppo")``.
+    :return: a list of :class:`rlkit_core.registry.BackendSpec`, such as
+        ``BackendSpec("accelerate", engine="pkg.mod:AccelerateEngine", trainer_prefix="Accelerate")``.
+        A backend with an ``engine`` runs every method that registers a ``trainer``, as
+        ``<trainer_prefix><Method>Trainer`` (:mod:`rlkit_core.pairing`); ``trainers`` may add
+        :class:`rlkit_core.registry.TrainerSpec` records for classes written by hand.
 
-    Called once per plugin when the registry is built. Trainer classes should be given as
-    import strings so that listing plugins does not import torch.
+    Called once per plugin when the registry is built. Engines and trainer classes should be
+    given as import strings so that listing plugins does not import torch.
     """
 
 
