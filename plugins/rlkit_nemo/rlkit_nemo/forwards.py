@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from rlkit_methods.engine_kit import IGNORE_INDEX, batched_index_select, position_ids_from_mask
-from rlkit_methods.engine_kit import to_cpu, to_device  # noqa: F401 (the engine calls forwards.to_device)
+# to_cpu, to_device: the engine calls forwards.to_device / forwards.to_cpu
+from rlkit_methods.engine_kit import IGNORE_INDEX, batched_index_select, position_ids_from_mask, to_cpu, to_device  # noqa: F401
 
 
 def get(batch: Any, key: str, default: Any = None) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from rlkit_core.engine import QGuidance
-from rlkit_methods.engine_kit import position_ids_from_mask
+from rlkit_methods.engine_kit import position_ids_from_mask, q_guided_logits, topk_mask
 
 SAMPLING_ARGS = ("max_new_tokens", "eos_token_id", "pad_token_id", "temperature", "top_k", "top_p", "do_sample", "use_cache")
 
@@ -58,8 +58,6 @@ def next_token_logits(output: Any, last_tokens: torch.Tensor, guidance: Optional
                       temperature: float) -> torch.Tensor:
     """(B, V) logits to sample from (top-k and temperature applied), from a last-stage output
     at the final position ((B, 1, V / tp) logits, and the heads there)."""
-    from rlkit_methods.engine_kit import q_guided_logits, topk_mask
-
     from rlkit_nemo.forwards import gather_vocab
 
     logits, heads = output if isinstance(output, tuple) else (output, None)
