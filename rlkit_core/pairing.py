@@ -127,3 +127,16 @@ def module_getattr(backend: str, module: str) -> Callable[[str], type]:
         return load_target(spec.target, what=f"trainer {name!r}")
 
     return __getattr__
+
+
+def __getattr__(name: str) -> type:
+    """``rlkit_core.pairing.<Pair>``: where a pair's class says it lives (its ``__module__``),
+    so that it pickles and its repr names a real import path."""
+    spec = None
+    if name.endswith("Trainer"):
+        from rlkit_core.plugins import get_registry
+
+        spec = get_registry().find("trainer", name)
+    if spec is None or not isinstance(spec.target, Pairing) or spec.name != name:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return spec.target.load()

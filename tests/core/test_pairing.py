@@ -2,6 +2,7 @@
 every registered engine runs every method, and trlX's class names are those pairs."""
 
 import inspect
+import pickle
 
 import pytest
 
@@ -92,6 +93,7 @@ def test_trlx_names_are_one_class_however_reached(rlkit_host):
     assert get_trainer("AcceleratePPOTrainer") is AcceleratePPOTrainer and issubclass(AcceleratePPOTrainer, PPOTrainer)
     assert {AccelerateILQLTrainer.__name__, AccelerateSFTTrainer.__name__} == {"AccelerateILQLTrainer", "AccelerateSFTTrainer"}
     assert rlkit_nemo.NeMoSFTTrainer is NeMoSFTTrainer is get_trainer("nemosfttrainer")
+    assert pickle.loads(pickle.dumps(AcceleratePPOTrainer)) is AcceleratePPOTrainer  # its __module__ resolves it
     nemo = inspect.signature(rlkit_nemo.NeMoILQLTrainer).parameters
     assert {"megatron_cfg", "pretrained_model", "train_mode"} <= set(nemo)
     assert "megatron_cfg" not in inspect.signature(AcceleratePPOTrainer).parameters
