@@ -29,7 +29,7 @@ def main() -> None:
     from rlkit_methods.rewards.randomwalks import random_walks
     # imported before the clock, as the trlX worker imports trlx (its trainers, transformers,
     # accelerate) before its clock: both sides' train() then time the run, not module imports
-    import rlkit_accelerate.trainers  # noqa: F401
+    from rlkit_accelerate.trainers import AccelerateILQLTrainer, AcceleratePPOTrainer, AccelerateSFTTrainer  # noqa: F401
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  (trlx's modules import both)
 
     overrides = {**spec["walks"]["overrides"].get(case, {}), "train.checkpoint_dir": tempfile.mkdtemp(prefix="rlkit-bench-walks-")}
