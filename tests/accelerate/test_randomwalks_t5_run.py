@@ -14,6 +14,7 @@ TINY = ["train.total_steps=2", "train.batch_size=8", "train.eval_interval=100", 
         "model.model_path.d_model=16", "model.model_path.d_ff=32", "model.model_path.num_layers=1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["sft", "ilql"])
 def test_rlkit_run_trains_a_t5_randomwalks_example(method, tmp_path):
     sets = TINY + [f"train.checkpoint_dir={tmp_path}"] + (["method.gen_kwargs.beta=1"] if method == "ilql" else [])

@@ -46,6 +46,7 @@ class Rollouts:
         self.stats.append(dict(stats, store=num_rollouts))
 
 
+@pytest.mark.slow
 def test_rft_grows_the_pool_on_growth_steps_and_raises_the_percentile(tmp_path, rlkit_host):
     seen = Rollouts()
     trainer = rlkit.train(reward_fn=reward, prompts=PROMPTS[:5], eval_prompts=PROMPTS[:2], metric_fn=lambda samples, **k: METRIC(samples),
@@ -65,6 +66,7 @@ def test_rft_grows_the_pool_on_growth_steps_and_raises_the_percentile(tmp_path, 
     assert all(scores[(p, o)] >= by_prompt[p] for p, o in selected)
 
 
+@pytest.mark.slow
 def test_rft_checkpoint_state_rebuilds_the_same_store_without_pickle(tmp_path, rlkit_host):
     trainer = rlkit.train(reward_fn=reward, prompts=PROMPTS[:5], config=config(tmp_path, n_improve_steps=3).evolve(
         train=dict(total_steps=3)))

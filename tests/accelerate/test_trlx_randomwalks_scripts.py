@@ -131,6 +131,7 @@ def test_the_rewrite_touches_only_trlx_imports(tmp_path):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script, hparams", [
     ("ppo_randomwalks.py", {"method.num_rollouts": 16, "method.chunk_size": 16, "method.ppo_epochs": 1}),
     ("ilql_randomwalks.py", {}),

@@ -18,6 +18,8 @@ from rlkit_core.testing.engine import (
 sys.path.insert(0, str(Path(__file__).parents[1] / "accelerate" / "trainers"))
 import walks_setup  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 LOSS_KEY = {"ppo": "losses/total_loss", "ilql": "losses/loss", "sft": "loss"}
 
 

@@ -13,6 +13,8 @@ from rlkit_core.testing.engine import check_engine_protocol, check_exact_resume,
 sys.path.insert(0, str(Path(__file__).parents[1] / "accelerate" / "trainers"))
 import grpo_setup  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 LOSS_KEY = "losses/total_loss"
 
 

@@ -3,6 +3,7 @@ accelerate engine as ``AccelerateReinforceTrainer``, a name no plugin registers:
 trainer is paired with the backend's engine (rlkit_core.pairing). The NeMo engine
 runs the same plugin in tests/nemo/megatron."""
 
+import pytest
 import sys
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from rlkit_core.plugins import PluginHost, set_host
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "accelerate" / "trainers"))
 import walks_setup  # noqa: E402
+
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
 
 
 def test_reinforce_from_a_plugin_distribution_trains_on_accelerate(tmp_path, fake_distribution):

@@ -80,3 +80,22 @@ def test_install_adds_the_rest_once(fake_venv):
     log.write_text("")
     assert dev(venv, "install").returncode == 0
     assert calls(log) == []
+
+
+def test_test_fast_runs_every_suite_without_the_slow_tests(fake_venv):
+    venv, log = fake_venv
+    assert dev(venv, "test-fast").returncode == 0
+    runs = [c for c in calls(log) if "-m pytest" in c]
+    assert runs == ["python -m pytest -q tests bench/tests -m not slow", "python -m pytest -q"]  # then the plugin template's
+
+
+def test_the_nemo_venv_gets_the_accelerate_engine_for_the_cross_engine_tests(fake_venv, tmp_path):
+    venv, log = fake_venv
+    env = {**os.environ, "RLKIT_VENV": str(venv), "RLKIT_NEMO_VENV": str(venv)}
+    env.pop("RLKIT_SKIP_NEMO", None)
+    env.pop("RLKIT_TORCH", None)
+    result = subprocess.run(["bash", str(ROOT / "dev.sh"), "test-nemo", "-m", "not slow"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    pip = [c for c in calls(log) if c.startswith("python -m pip install")]
+    assert len(pip) == 1 and "-e plugins/rlkit_nemo[nemo] -e plugins/rlkit_accelerate" in pip[0]
+    assert calls(log)[-1] == "python -m pytest -q tests/nemo/megatron -m not slow"

@@ -67,6 +67,7 @@ FakeTrainer.learn = learn
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, code, name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_rlkit_run_stops_at_a_safe_point_with_a_checkpoint_and_one_line(tmp_path, signum, code, name):
     (tmp_path / "loop_plugin.py").write_text(LOOP_PLUGIN.format(tmp=str(tmp_path)))

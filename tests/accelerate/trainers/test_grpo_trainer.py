@@ -10,6 +10,8 @@ from rlkit_methods.grpo.trainer import GRPOTrainer, RLOOTrainer
 from rlkit_methods.loop.metrics_log import read_metrics
 from grpo_setup import run
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 
 def letters(samples, outputs, **kwargs):
     """The share of lowercase letters in each output: a reward a random byte model scores ~0.1 on."""

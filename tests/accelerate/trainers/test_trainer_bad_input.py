@@ -29,6 +29,7 @@ def test_an_empty_prompt_list(tmp_path):
         run("ppo", tmp_path, prompts=[])
 
 
+@pytest.mark.slow
 def test_a_tokenizer_without_pad_token_pads_with_eos(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -44,6 +45,7 @@ def test_a_tokenizer_without_pad_token_pads_with_eos(tmp_path):
     assert trainer.tokenizer.pad_token == "</s>" and trainer.iter_count == 2
 
 
+@pytest.mark.slow
 def test_a_failing_reward_names_the_function_and_step_and_keeps_the_last_checkpoint(tmp_path):
     calls = {"n": 0}
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 SCRIPT = Path(__file__).with_name("ddp_walks.py")
 
 
@@ -30,7 +32,6 @@ def torchrun(method, out):
     return finals
 
 
-@pytest.mark.slow
 def test_ppo_on_two_processes_scores_each_sample_once_on_the_main_process(tmp_path):
     torchrun("ppo", tmp_path)
     calls = [json.loads(line) for line in (tmp_path / "reward_calls.jsonl").read_text().splitlines()]
@@ -39,7 +40,6 @@ def test_ppo_on_two_processes_scores_each_sample_once_on_the_main_process(tmp_pa
     assert [c["n"] for c in calls] == [16, 16, 8, 8]
 
 
-@pytest.mark.slow
 def test_ppo_with_lora_on_two_processes(tmp_path):
     torchrun("ppo_lora", tmp_path)
     assert (tmp_path / "ckpts" / "checkpoint_4" / "hf_model" / "adapter_config.json").is_file()
@@ -47,7 +47,6 @@ def test_ppo_with_lora_on_two_processes(tmp_path):
     assert {c["rank"] for c in calls} == {0} and sum(c["n"] for c in calls) == 48
 
 
-@pytest.mark.slow
 def test_ilql_on_two_processes(tmp_path):
     torchrun("ilql", tmp_path)
     assert (tmp_path / "ckpts" / "checkpoint_4" / "loop_state_1.pt").is_file()

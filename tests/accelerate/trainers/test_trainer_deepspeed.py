@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 SCRIPT = Path(__file__).with_name("deepspeed_walks.py")
 
 
@@ -52,14 +54,12 @@ def assert_same_weights(a, b):
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
 
 
-@pytest.mark.slow
 def test_zero2_and_zero3_train_like_plain_accelerate(tmp_path):
     plain = trained("sft", tmp_path / "plain")
     assert_same_weights(plain, trained("sft", tmp_path / "zero2", zero_stage=2))
     assert_same_weights(plain, trained("sft", tmp_path / "zero3", zero_stage=3))
 
 
-@pytest.mark.slow
 def test_ilql_target_sync_updates_zero3_partitions(tmp_path):
     plain = trained("ilql", tmp_path / "plain")
     zero3 = trained("ilql", tmp_path / "zero3", zero_stage=3)
@@ -69,7 +69,6 @@ def test_ilql_target_sync_updates_zero3_partitions(tmp_path):
     assert_same_weights(plain, zero3)  # a silently skipped sync would leave zero3's targets behind
 
 
-@pytest.mark.slow
 def test_ppo_under_zero3_generates_and_exports(tmp_path):
     weights = trained("ppo", tmp_path, zero_stage=3)
     assert any(k.startswith("v_head.") for k in weights)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 HERE = Path(__file__).parent
 
 
@@ -24,7 +26,6 @@ def torchrun(script, out, port):
     assert result.returncode == 0, result.stderr[-4000:]
 
 
-@pytest.mark.slow
 def test_fsdp2_policy_generates_exports_and_trains_like_the_unsharded_one(tmp_path):
     torchrun("fsdp_policy.py", tmp_path, 30500)
     ranks = [torch.load(tmp_path / f"rank_{r}.pt") for r in (0, 1)]
@@ -36,7 +37,6 @@ def test_fsdp2_policy_generates_exports_and_trains_like_the_unsharded_one(tmp_pa
     assert (tmp_path / "export" / "config.json").is_file() and (tmp_path / "export" / "value_head.safetensors").is_file()
 
 
-@pytest.mark.slow
 def test_ppo_and_ilql_trainers_under_accelerate_fsdp2(tmp_path):
     from safetensors.torch import load_file
 

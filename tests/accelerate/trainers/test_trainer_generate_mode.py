@@ -10,6 +10,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from walks_setup import TASK, run  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 
 @pytest.mark.parametrize("method", ["sft", "ilql"])
 def test_generate_is_deterministic_after_learn(method, tmp_path):

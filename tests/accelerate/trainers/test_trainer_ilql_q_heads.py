@@ -7,6 +7,8 @@ import rlkit_core as rlkit
 
 from walks_setup import run
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 
 @pytest.mark.parametrize("q_heads", ["mlp", "embedding"])
 def test_the_configured_q_heads_are_trained(q_heads, tmp_path):

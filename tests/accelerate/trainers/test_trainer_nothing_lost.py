@@ -18,6 +18,8 @@ from rlkit_methods.loop.checkpoint import is_complete
 from rlkit_methods.loop.metrics_log import read_metrics
 from walks_setup import run
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 HERE = Path(__file__).parent
 
 

@@ -8,6 +8,8 @@ from transformers import AutoModelForCausalLM
 from rlkit_core.errors import ConfigError
 from walks_setup import TOKENIZER, model_config, run
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 LORA = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["c_attn"], "lora_dropout": 0.0}
 GREEDY = dict(max_new_tokens=6, do_sample=False, eos_token_id=TOKENIZER.eos_token_id, pad_token_id=TOKENIZER.pad_token_id)
 

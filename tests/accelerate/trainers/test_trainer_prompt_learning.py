@@ -13,6 +13,8 @@ from rlkit_core.errors import ConfigError
 from rlkit_methods.sft.store import make_sft_experience
 from walks_setup import TOKENIZER
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 SETUPS = {"causal": walks_setup, "t5": t5_walks_setup}
 GREEDY = dict(max_new_tokens=6, do_sample=False, eos_token_id=TOKENIZER.eos_token_id, pad_token_id=TOKENIZER.pad_token_id)
 

@@ -1,10 +1,13 @@
 """The end-of-run report and `rlkit report`."""
 
+import pytest
 from rich.console import Console
 
 from rlkit_methods.loop.report import report, summary
 from rlkit_core.cli import main
 from walks_setup import run
+
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
 
 
 def test_every_run_ends_with_a_report_and_a_plot(tmp_path):

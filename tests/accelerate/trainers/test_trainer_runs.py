@@ -13,6 +13,8 @@ from rlkit_methods.loop.metrics_log import read_metrics
 from rlkit_core.testing import RecordingObserver
 from walks_setup import TOKENIZER, run
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 
 @pytest.mark.parametrize("method", ["sft", "ilql", "ppo"])
 def test_trainer_runs_logs_and_checkpoints(method, tmp_path):

@@ -9,6 +9,8 @@ from rlkit_core.errors import ConfigError
 
 from walks_setup import run
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 
 class HeadsAtStart:
     def __init__(self, name):

@@ -20,6 +20,8 @@ from rlkit_core.errors import ConfigError
 from t5_walks_setup import run, t5_config
 from walks_setup import TOKENIZER, model_config
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 GREEDY = dict(max_new_tokens=6, do_sample=False, eos_token_id=TOKENIZER.eos_token_id, pad_token_id=TOKENIZER.pad_token_id)
 LORA = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q", "v"], "lora_dropout": 0.0}
 LOSS_KEY = {"sft": "loss", "ilql": "losses/loss", "ppo": "losses/total_loss"}
@@ -173,7 +175,6 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.slow
 def test_seq2seq_ilql_on_two_processes(tmp_path):
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     script = Path(__file__).with_name("t5_ddp_walks.py")

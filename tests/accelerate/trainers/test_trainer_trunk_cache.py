@@ -56,6 +56,7 @@ def train_ppo(tmp_path, monkeypatch, cache: bool):
     return trainer, weights, calls
 
 
+@pytest.mark.slow
 def test_kept_trunk_trains_exactly_like_running_it(tmp_path, monkeypatch):
     kept, kept_weights, kept_calls = train_ppo(tmp_path / "kept", monkeypatch, cache=True)
     run, run_weights, run_calls = train_ppo(tmp_path / "run", monkeypatch, cache=False)

@@ -12,7 +12,7 @@ from rlkit_methods.grpo.config import default_grpo_config
 
 import nemo_walks
 
-pytestmark = [pytest.mark.usefixtures("megatron_cpu")]
+pytestmark = [pytest.mark.usefixtures("megatron_cpu"), pytest.mark.slow]
 ATOL = 5e-5  # fp32: the kernels differ in summation order only (largest seen 8.7e-6, ILQL)
 TRAINERS = {"ppo": "PPOTrainer", "ilql": "ILQLTrainer", "sft": "SFTTrainer", "grpo": "GRPOTrainer"}
 ROWS, MICRO = 8, 4  # one step: 8 rows in two micro-batches of 4, on both engines

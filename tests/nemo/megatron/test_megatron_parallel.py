@@ -7,6 +7,8 @@ import math
 
 import pytest
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 METHODS = ("ppo", "ilql")
 # heads whose parameters are all split over TP ranks: the TP=1 gradient norm is the
 # root-sum-square of the ranks' shard norms

@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory, torchrun):

@@ -28,6 +28,7 @@ def run(method, folder, overrides=None, plugins=(), **train_kwargs):
     return nemo_walks.run(method, folder, config_overrides=overrides, plugins=list(plugins), **train_kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["ppo", "ilql", "sft"])
 def test_lifecycle_metrics_and_checkpoints(method, tmp_path):
     check_lifecycle(run, method, tmp_path, loss_key=LOSS_KEY[method])
@@ -37,11 +38,13 @@ def test_lifecycle_metrics_and_checkpoints(method, tmp_path):
         "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "data_parallel_size": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["ppo", "ilql", "sft"])
 def test_exact_resume(method, tmp_path):
     check_exact_resume(run, method, tmp_path, loss_key=LOSS_KEY[method])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["ppo", "sft"])
 def test_export_generates_what_the_trainer_generates(method, tmp_path):
     trainer = run(method, tmp_path, overrides=dict(train=dict(total_steps=2)))
@@ -49,6 +52,7 @@ def test_export_generates_what_the_trainer_generates(method, tmp_path):
     check_export_generates(trainer, tmp_path / "export", ["a", "bcd"])
 
 
+@pytest.mark.slow
 def test_ilql_export_holds_the_heads_beside_the_hf_model(tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -60,15 +64,18 @@ def test_ilql_export_holds_the_heads_beside_the_hf_model(tmp_path):
     assert any(k.startswith("heads.target_q_heads.") for k in heads) and any(k.startswith("heads.v_head.") for k in heads)
 
 
+@pytest.mark.slow
 def test_stop_sequences_cut_outputs(tmp_path):
     trainer = run("sft", tmp_path, overrides=dict(train=dict(total_steps=1)), stop_sequences=["##"])
     check_stop_sequences(trainer, "##")
 
 
+@pytest.mark.slow
 def test_a_raising_reward_names_the_function_and_the_step(tmp_path):
     check_raising_reward(run, tmp_path)
 
 
+@pytest.mark.slow
 def test_the_config_optimizer_and_scheduler_drive_megatron(tmp_path):
     trainer = run("sft", tmp_path, overrides=dict(
         train=dict(total_steps=3), optimizer=dict(name="adamw", kwargs=dict(lr=0.01, weight_decay=0.1, betas=[0.8, 0.9])),
@@ -81,6 +88,7 @@ def test_the_config_optimizer_and_scheduler_drive_megatron(tmp_path):
     assert all(g["lr"] == pytest.approx(0.006) for g in trainer.engine.optimizer.param_groups)
 
 
+@pytest.mark.slow
 def test_num_layers_unfrozen_trains_only_the_top_blocks(tmp_path):
     trainer = run("sft", tmp_path, overrides=dict(train=dict(total_steps=1), model=dict(num_layers_unfrozen=1)))
     trained = {n for n, p in trainer.engine.module.named_parameters() if p.requires_grad}
@@ -111,6 +119,7 @@ def test_batch_sizes_that_do_not_fit_the_world_fail_before_a_model_loads(tmp_pat
         nemo_walks.run("sft", tmp_path, layout=dict(tp=2))
 
 
+@pytest.mark.slow
 def test_resuming_with_other_parallel_sizes_is_one_line(tmp_path):
     from rlkit_core.errors import RlkitError
     from rlkit_nemo import state
@@ -122,6 +131,7 @@ def test_resuming_with_other_parallel_sizes_is_one_line(tmp_path):
         trainer.load(tmp_path / "ckpts" / "checkpoint_1")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damaged", ["model_tp0_pp0.safetensors", "optimizer_rank0.pt"])
 def test_a_cut_checkpoint_file_is_named_on_resume(damaged, tmp_path):
     """The loop's reading of a checkpoint names a cut-short file of the NeMo engine's state in
@@ -147,6 +157,7 @@ class Boom:
         return (os.system, (f"touch {self.mark}",))
 
 
+@pytest.mark.slow
 def test_an_optimizer_file_holding_code_is_refused_and_nothing_runs(tmp_path):
     from rlkit_core.errors import RlkitError
 
@@ -160,6 +171,7 @@ def test_an_optimizer_file_holding_code_is_refused_and_nothing_runs(tmp_path):
     assert not mark.exists()  # nothing ran
 
 
+@pytest.mark.slow
 def test_a_bf16_yaml_without_o2_runs_fp32_weights_under_bf16_autocast(tmp_path):
     import torch
 

@@ -10,7 +10,7 @@ from rlkit_core import hookimpl
 
 import nemo_walks
 
-pytestmark = pytest.mark.usefixtures("megatron_cpu")
+pytestmark = [pytest.mark.usefixtures("megatron_cpu"), pytest.mark.slow]
 
 
 class AtStart:

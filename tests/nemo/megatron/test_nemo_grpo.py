@@ -11,7 +11,7 @@ from rlkit_methods.loop.metrics_log import read_metrics
 
 import nemo_walks
 
-pytestmark = pytest.mark.usefixtures("megatron_cpu")
+pytestmark = [pytest.mark.usefixtures("megatron_cpu"), pytest.mark.slow]
 TRAINERS = {"grpo": ("NeMoGRPOTrainer", default_grpo_config), "rloo": ("NeMoRLOOTrainer", default_rloo_config)}
 
 

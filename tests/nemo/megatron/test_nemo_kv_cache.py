@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 CASES = [f"{layout}/{method}" for layout in ("tp2", "pp2") for method in ("sft", "ilql")]
 MODES = ("greedy", "sampled")
 

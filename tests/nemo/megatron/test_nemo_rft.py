@@ -11,7 +11,7 @@ from rlkit_methods.rft.config import default_rft_config
 
 import nemo_walks
 
-pytestmark = pytest.mark.usefixtures("megatron_cpu")
+pytestmark = [pytest.mark.usefixtures("megatron_cpu"), pytest.mark.slow]
 
 
 def test_rft_trains_on_the_nemo_engine(tmp_path):

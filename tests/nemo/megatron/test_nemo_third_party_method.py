@@ -11,7 +11,7 @@ from rlkit_core.plugins import PluginHost, set_host
 
 import nemo_walks
 
-pytestmark = pytest.mark.usefixtures("megatron_cpu")
+pytestmark = [pytest.mark.usefixtures("megatron_cpu"), pytest.mark.slow]
 PLUGIN = Path(__file__).parents[2] / "conformance" / "reinforce_plugin.py"
 
 

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
+
 LAYOUT_METHODS = {"tp2": ("ppo", "ilql", "sft"), "dp2": ("ppo", "ilql", "sft"), "pp2": ("ppo", "ilql", "sft")}
 
 
