@@ -194,11 +194,13 @@ def test_a_bf16_yaml_without_o2_runs_fp32_weights_under_bf16_autocast(tmp_path):
     assert all(0 < r["loss"] < 10 for r in records if r["kind"] == "train")
 
 
+@pytest.mark.slow
 def test_a_generation_setting_the_engine_lacks_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"^method.gen_kwargs.repetition_penalty: the NeMo engine's sampling does not take it"):
         run("sft", tmp_path, overrides=dict(train=dict(total_steps=1), method=dict(gen_kwargs=dict(max_new_tokens=4, repetition_penalty=1.2))))
 
 
+@pytest.mark.slow
 def test_ilql_behaviour_top_k_is_refused_in_one_line(tmp_path):
     """gen_kwargs.behaviour_top_k (the accelerate engine's Q-guided decoding takes it) is not
     in the NeMo engine's sampling: refused at the first evaluation, not ignored."""
