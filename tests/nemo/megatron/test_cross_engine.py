@@ -71,14 +71,13 @@ def spread_reward(samples, **kwargs):
 def built(method, engine, folder, tmp_path):
     """The trainer with its data and the initial weights (no step taken)."""
     task = nemo_walks.TASK
-    prompts = task.eval_prompts[:8]
     if method in ("ppo", "grpo"):
-        data = dict(reward_fn=spread_reward, prompts=prompts)
+        data = dict(reward_fn=spread_reward, prompts=task.eval_prompts[:8])
     elif method == "ilql":
         data = dict(samples=task.walks[:64], rewards=[task.optimality(w) for w in task.walks[:64]])
     else:
         data = dict(samples=task.walks[:64])
-    return prepared_trainer(config=config(method, engine, folder, tmp_path), eval_prompts=prompts[:2], **data)
+    return prepared_trainer(config=config(method, engine, folder, tmp_path), **data)
 
 
 def copy_heads(accelerate, nemo):
@@ -95,7 +94,7 @@ def copy_heads(accelerate, nemo):
         return
     with torch.no_grad():
         for mlp, head in pairs:
-            first, last = head.up, getattr(head, "down", None) or head.out
+            first, last = head.up, head.down if hasattr(head, "down") else head.out
             for theirs, src in ((first, mlp[0]), (last, mlp[2])):
                 assert theirs.weight.shape == src.weight.shape, (theirs.weight.shape, src.weight.shape)
                 theirs.weight.copy_(src.weight)
