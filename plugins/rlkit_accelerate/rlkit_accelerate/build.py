@@ -52,8 +52,13 @@ def build_model(config, spec):
         return plain_lm(config, spec.num_layers_unfrozen, prompt_learning=options.get("prompt_learning", False))
     if spec.heads == "value":
         policy = Seq2SeqLMWithValueHead if seq2seq else CausalLMWithValueHead
+        extra = {}
+        if options.get("score_head"):  # a reward model: HF's score head, no reference
+            if seq2seq:
+                raise ConfigError("model.model_arch_type: a reward model's score head is built for causal models; use causal")
+            extra = {"score_head": True, "with_reference": spec.reference}
         model = policy(load_base_model(config), num_layers_unfrozen=spec.num_layers_unfrozen,
-                       num_value_layers_unfrozen=options.get("num_value_layers_unfrozen", 0))
+                       num_value_layers_unfrozen=options.get("num_value_layers_unfrozen", 0), **extra)
         return with_saved_heads(model, model._heads(), config)
     q_heads = options.get("q_heads", "mlp")
     if seq2seq and q_heads != "mlp":

@@ -44,6 +44,21 @@ from rlkit_accelerate.sharding import (
 SCHEDULER_FILE = "scheduler.json"
 
 
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Every dropout module off (TRL's ``disable_dropout``), also while training."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+
+
+def set_pad_token(model: torch.nn.Module, tokenizer: Any) -> None:
+    """The tokenizer's pad id into the model's config, where an exported sequence classifier
+    finds each row's last token (HF refuses batches of several rows without it)."""
+    config = getattr(getattr(model, "base_model", model), "config", None)
+    if config is not None and getattr(config, "pad_token_id", None) is None:
+        config.pad_token_id = tokenizer.pad_token_id
+
+
 class AccelerateEngine:
     def __init__(self, config, **kwargs):
         if kwargs:
@@ -97,6 +112,10 @@ class AccelerateEngine:
         with whole_model_construction(self.accelerator):
             model = build_model(config, spec)
         fuse_activations(model)  # gelu_new as one kernel: the same math, ~10% off a small GPT-2's step
+        if spec.options.get("disable_dropout"):
+            disable_dropout(model)
+        if spec.options.get("score_head"):
+            set_pad_token(model, self.tokenizer)
         self.virtual_tokens = virtual_tokens(model) if spec.heads == "lm" else 0
         model.to(self.device)
         self.opt = make_optimizer(config.optimizer.name, config.optimizer.kwargs, model.parameters())

@@ -43,6 +43,24 @@ def rlkit_register_methods():
             default_config=f"{_M}.grpo.config:default_rloo_config", trainer=f"{_M}.grpo.trainer:RLOOTrainer",
             description="RLOO (TRL 1.16's): leave-one-out baseline, KL to the reference in the reward, clipped sample ratio",
         ),
+        MethodSpec(
+            "dpo", f"{_M}.preferences.config:DPOConfig", mode="supervised", aliases=("DPOConfig",),
+            default_config=f"{_M}.preferences.config:default_dpo_config", trainer=f"{_M}.preferences.dpo:DPOTrainer",
+            description="DPO (TRL's loss names: sigmoid, ipo, hinge) on preference pairs, no second full model for the reference",
+        ),
+        MethodSpec(
+            "reward_model", f"{_M}.preferences.config:RewardModelConfig", mode="supervised",
+            aliases=("RewardModelConfig", "RewardModel", "rm"),
+            default_config=f"{_M}.preferences.config:default_reward_model_config",
+            trainer=f"{_M}.preferences.reward_model:RewardModelTrainer",
+            description="A reward model on preference pairs (Bradley-Terry, optional margin), exported as an HF sequence classifier",
+        ),
+        MethodSpec(
+            "logged_pg", f"{_M}.logged.config:LoggedPGConfig", mode="offline", aliases=("LoggedPGConfig", "LoggedPG"),
+            default_config=f"{_M}.logged.config:default_logged_pg_config", trainer=f"{_M}.logged.trainer:LoggedPGTrainer",
+            description="Policy gradient from logged (prompt, completion, reward) rows: group or leave-one-out baseline, "
+                        "truncated importance weights when behaviour log-probs were logged",
+        ),
     ]
 
 
@@ -56,6 +74,12 @@ def rlkit_register_pipelines():
         PipelineSpec("dataset", f"{_M}.data.hf_datasets:dataset_source", kind="source",
                      description="HF datasets: a local .json/.jsonl/.csv/.parquet/.arrow file or saved folder "
                                  "(path, split, column, reward_column, n); needs rlkit-methods[datasets]"),
+        PipelineSpec("preference_pairs", f"{_M}.data.preference_rows:preference_pairs", kind="source",
+                     description="preference pairs {prompt, chosen, rejected[, margin]} from .jsonl or an HF data set "
+                                 "(.parquet/.csv/saved folder), plain text or chat messages"),
+        PipelineSpec("logged_completions", f"{_M}.data.preference_rows:logged_completions", kind="source",
+                     description="logged rows {prompt, completion | messages, reward[, behaviour_logprobs]} from .jsonl "
+                                 "or an HF data set, plain text or chat messages"),
         PipelineSpec("imdb_prompts", f"{_M}.data.imdb:imdb_prompts", kind="source",
                      description="first words of IMDB reviews (n, words, seed, label, source)"),
         PipelineSpec("imdb_samples", f"{_M}.data.imdb:imdb_samples", kind="source",

@@ -11,7 +11,8 @@ Layout for ``L`` blocks, ``k = num_layers_unfrozen``, ``nv = num_value_layers_un
     reference, k == -1            a frozen deep copy of the whole model
 
 ``value_head=False`` leaves the value head out (GRPO/RLOO: the engine's ``lm`` heads with a
-reference); ``with_reference=False`` the reference.
+reference); ``with_reference=False`` the reference. ``score_head=True`` makes the value head a
+reward model's: one bias-free linear map (HF's ``score``), exported as a sequence classifier.
 
 Every copy is taken at construction, so at step 0 the reference computes exactly the policy's
 logits (trlX's ``-1`` reloaded weights from ``model_path``, which differed for a config).
@@ -40,6 +41,7 @@ from rlkit_accelerate.models.blocks import (
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import Branch, freeze_trunk, hydra_reference, make_head
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
+from rlkit_accelerate.models.score_head import make_score_head, save_sequence_classifier
 from rlkit_accelerate.models.shared_prompts import (
     generate_sharing_prompts,
     one_path,
@@ -75,7 +77,7 @@ class CausalLMWithValueHead(nn.Module):
 
     def __init__(
         self, base_model: nn.Module, *, num_layers_unfrozen: int = -1, num_value_layers_unfrozen: int = 0,
-        with_reference: bool = True, value_head: bool = True,
+        with_reference: bool = True, value_head: bool = True, score_head: bool = False,
     ):
         super().__init__()
         layout = find_layout(base_model)
@@ -107,7 +109,15 @@ class CausalLMWithValueHead(nn.Module):
         if num_value_layers_unfrozen:
             self.value_branch = Branch(layout, num_value_layers_unfrozen, None, frozen=False)
         weight = layout.lm_head.weight
-        self.v_head = make_head(layout.hidden_size, 1, weight.dtype).to(weight.device) if value_head else None
+        self.score_head = score_head
+        if score_head:
+            if self.uses_adapters or num_value_layers_unfrozen:
+                raise ConfigError("a reward model's score head reads the LM's last hidden state; "
+                                  "use it without model.peft_config and without a value branch")
+            std = getattr(getattr(base_model, "config", None), "initializer_range", 0.02)
+            self.v_head = make_score_head(layout.hidden_size, weight, std)
+        else:
+            self.v_head = make_head(layout.hidden_size, 1, weight.dtype).to(weight.device) if value_head else None
 
     @classmethod
     def from_pretrained(
@@ -364,7 +374,12 @@ class CausalLMWithValueHead(nn.Module):
                         state_dict: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """An HF folder plain ``AutoModelForCausalLM.from_pretrained`` loads (with adapters: the
         adapter, which peft loads on the base model, or with ``merge_adapters`` one merged
-        model), plus ``value_head.safetensors`` for ``from_pretrained`` of this class."""
+        model), plus ``value_head.safetensors`` for ``from_pretrained`` of this class. A reward
+        model (``score_head``) is one ``AutoModelForSequenceClassification`` folder instead."""
+        if self.score_head:
+            save_sequence_classifier(self.base_model, self.v_head, save_directory, substate(state_dict, "base_model"),
+                                     substate(state_dict, "v_head"))
+            return
         save_base_model(self.base_model, save_directory, merge_adapters, substate(state_dict, "base_model"), **kwargs)
         if any(head is not None for head in self._heads().values()):
             save_heads(self._heads(), Path(save_directory) / self.heads_file, state_dict)
