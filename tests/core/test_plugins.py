@@ -16,13 +16,13 @@ from rlkit_core.config import MethodConfig, positive
 
 
 @attrs.define
-class DPOConfig(MethodConfig):
+class KTOConfig(MethodConfig):
     num_pairs: int = attrs.field(default=4, validator=positive)
 
 
 @hookimpl
 def rlkit_register_methods():
-    return [MethodSpec("dpo", DPOConfig, mode="offline", aliases=["DPOConfig"])]
+    return [MethodSpec("kto", KTOConfig, mode="offline", aliases=["KTOConfig"])]
 
 
 @hookimpl
@@ -59,17 +59,17 @@ def test_entry_point_plugin_adds_a_method_and_a_reward(third_party, rlkit_host):
     status = rlkit_host.statuses["thirdparty"]
     assert (status.distribution, status.version, status.status) == ("rlkit-thirdparty", "2.1.0", "loaded")
     registry = rlkit_host.registry
-    assert registry.get("method", "DPOConfig").name == "dpo"
-    assert status.provides == {"method": ["dpo"], "reward": ["shouting"]}
-    config = TRLConfig.from_dict(config_dict(method="dpoconfig"))
-    assert type(config.method).__name__ == "DPOConfig" and config.method.num_pairs == 4
+    assert registry.get("method", "KTOConfig").name == "kto"
+    assert status.provides == {"method": ["kto"], "reward": ["shouting"]}
+    config = TRLConfig.from_dict(config_dict(method="ktoconfig"))
+    assert type(config.method).__name__ == "KTOConfig" and config.method.num_pairs == 4
 
 
 def test_rlkit_plugins_lists_the_entry_point_plugin(third_party, rlkit_host, capsys):
     assert main(["plugins", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["plugins"]}
     assert rows["thirdparty"]["distribution"] == "rlkit-thirdparty"
-    assert rows["thirdparty"]["provides"] == {"method": ["dpo"], "reward": ["shouting"]}
+    assert rows["thirdparty"]["provides"] == {"method": ["kto"], "reward": ["shouting"]}
     # our own distributions plug in the same way
     assert {"rlkit_methods", "rlkit_accelerate", "rlkit_nemo"} <= set(rows)
 
@@ -77,7 +77,7 @@ def test_rlkit_plugins_lists_the_entry_point_plugin(third_party, rlkit_host, cap
 def test_a_config_selects_the_third_party_reward(third_party, rlkit_host):
     from rlkit_core.run import resolve_component
 
-    config = TRLConfig.from_dict(config_dict(method="dpo", reward="shouting"))
+    config = TRLConfig.from_dict(config_dict(method="kto", reward="shouting"))
     fn = resolve_component(config.reward, "reward", rlkit_host.registry, "reward")
     assert fn(samples=["HEY", "hey"]) == [1.0, 0.0]
 
@@ -108,9 +108,9 @@ def test_disabled_plugins_are_blocked(third_party, monkeypatch):
     host = PluginHost()
     assert host.statuses["thirdparty"].status == "blocked"
     assert host.statuses["rlkit_nemo"].status == "blocked"
-    assert host.registry.find("method", "dpo") is None
+    assert host.registry.find("method", "kto") is None
     with pytest.raises(RegistryError, match="installed"):
-        host.registry.get("method", "dpo")
+        host.registry.get("method", "kto")
 
 
 def test_one_off_plugin_file_registers_its_hooks(tmp_path, rlkit_bare_host):

@@ -22,7 +22,7 @@ from rlkit_methods import (
 
 def test_plugin_registers_cleanly_and_every_import_string_resolves():
     provides = check_plugin(plugin)
-    assert provides["method"] == ["grpo", "ilql", "ppo", "rft", "rloo", "sft"]
+    assert provides["method"] == ["dpo", "grpo", "ilql", "logged_pg", "ppo", "reward_model", "rft", "rloo", "sft"]
     assert {"PromptPipeline", "file"} <= set(provides["pipeline"])
     assert {"python", "vader", "randomwalks", "randomwalks_metric"} <= set(provides["reward"])
 
