@@ -68,8 +68,8 @@ def test_reward_model_exports_a_sequence_classifier_that_scores_as_the_trainer(t
     store = trainer.store
     items = store.items[:4]
     batch = store.collate(items)
-    ours = trainer.rewards(trainer.engine.forward("response", batch), batch)  # (8,) chosen then rejected
-    rows = [it["prompt"] + it["chosen"] for it in items] + [it["prompt"] + it["rejected"] for it in items]
+    ours = trainer.rewards(trainer.engine.forward("response", batch), batch)  # (8,) each pair's chosen, then rejected
+    rows = [it["prompt"] + c for it in items for c in (it["chosen"], it["rejected"])]
     width = max(map(len, rows))
     ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])  # right-padded with the pad id 0
     with torch.no_grad():

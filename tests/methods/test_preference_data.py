@@ -11,7 +11,7 @@ from transformers import ByT5Tokenizer
 from rlkit_core.errors import ConfigError
 from rlkit_methods.data.preference_rows import logged_completions, preference_pairs
 from rlkit_methods.logged.store import make_logged_store
-from rlkit_methods.preferences.store import make_pair_store
+from rlkit_methods.preferences.store import make_pair_store, pairs_of
 
 TOK = ByT5Tokenizer()  # bytes + 3: pad 0, eos 1, no BOS
 CHAT = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
@@ -115,13 +115,17 @@ def test_pair_store_collates_chosen_then_rejected_rows():
     store = make_pair_store([("ab", "c", "dddd"), {"prompt": "x", "chosen": "yy", "rejected": "z", "margin": 1.5}], TOK, 32)
     assert store[0] == {"prompt": ids("ab"), "chosen": ids("c") + [1], "rejected": ids("dddd") + [1]}
     batch = store.collate([store[0], store[1]])
-    # rows: chosen 0, chosen 1, rejected 0, rejected 1; prompts left-padded, completions right-padded
-    assert batch["query_tensors"].tolist() == [ids("ab"), [0] + ids("x"), ids("ab"), [0] + ids("x")]
-    assert batch["response_tensors"].tolist() == [ids("c") + [1, 0, 0, 0], ids("yy") + [1, 0, 0],
-                                                  ids("dddd") + [1], ids("z") + [1, 0, 0, 0]]
-    assert batch["response_mask"].sum(-1).tolist() == [2, 3, 5, 2]
-    assert batch["position_ids"][1].tolist()[:3] == [0, 0, 1]  # positions follow the real tokens
-    assert batch["margin"].tolist() == [0.0, 1.5]
+    # rows: chosen 0, rejected 0, chosen 1, rejected 1; prompts left-padded, completions right-padded
+    assert batch["query_tensors"].tolist() == [ids("ab"), ids("ab"), [0] + ids("x"), [0] + ids("x")]
+    assert batch["response_tensors"].tolist() == [ids("c") + [1, 0, 0, 0], ids("dddd") + [1],
+                                                  ids("yy") + [1, 0, 0], ids("z") + [1, 0, 0, 0]]
+    assert batch["response_mask"].sum(-1).tolist() == [2, 5, 3, 2]
+    assert batch["position_ids"][2].tolist()[:3] == [0, 0, 1]  # positions follow the real tokens
+    assert batch["margin"].tolist() == [0.0, 0.0, 1.5, 1.5]
+    chosen, rejected = pairs_of(batch["response_mask"].sum(-1))
+    assert chosen.tolist() == [2, 3] and rejected.tolist() == [5, 2]
+    with pytest.raises(ValueError, match="a micro-batch of 3 rows holds half a pair"):
+        pairs_of(torch.zeros(3))
 
 
 def test_pair_store_truncates_keeping_the_completion_start_and_the_prompt_end():

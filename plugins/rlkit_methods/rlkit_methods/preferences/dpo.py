@@ -16,6 +16,7 @@ from rlkit_core.errors import ConfigError
 
 from rlkit_methods.loop.offline import OfflineTrainer
 from rlkit_methods.preferences.losses import dpo_loss, dpo_metrics, sequence_logps
+from rlkit_methods.preferences.store import pairs_of
 
 
 class DPOTrainer(OfflineTrainer):
@@ -58,8 +59,8 @@ class DPOTrainer(OfflineTrainer):
         else:
             logprobs = self.engine.forward("response", batch)["logprobs"]
         logps = sequence_logps(logprobs, batch["response_mask"], average=self.config.method.loss_type == "ipo")  # (2B,)
-        B = len(items)
-        for item, chosen, rejected in zip(items, logps[:B].tolist(), logps[B:].tolist()):
+        chosen, rejected = pairs_of(logps)
+        for item, chosen, rejected in zip(items, chosen.tolist(), rejected.tolist()):
             item["ref_chosen_logps"], item["ref_rejected_logps"] = chosen, rejected
 
     def train_step(self, indices: list[int]) -> dict[str, float]:
@@ -74,10 +75,8 @@ class DPOTrainer(OfflineTrainer):
     def loss(self, outputs, batch):
         method = self.config.method
         logps = sequence_logps(outputs["logprobs"], batch["response_mask"], average=method.loss_type == "ipo")  # (2B,)
-        B = logps.shape[0] // 2
-        chosen, rejected = logps[:B], logps[B:]
-        ref_chosen = batch["ref_chosen_logps"].to(logps.dtype)
-        ref_rejected = batch["ref_rejected_logps"].to(logps.dtype)
+        chosen, rejected = pairs_of(logps)
+        ref_chosen, ref_rejected = pairs_of(batch["ref_logps"].to(logps.device, logps.dtype))
         losses, chosen_rewards, rejected_rewards = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta=method.beta,
                                                             loss_type=method.loss_type, label_smoothing=method.label_smoothing)
         loss = losses.mean()

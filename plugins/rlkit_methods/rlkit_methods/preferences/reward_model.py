@@ -21,6 +21,7 @@ from rlkit_core.errors import ConfigError
 
 from rlkit_methods.loop.offline import OfflineTrainer
 from rlkit_methods.preferences.losses import bradley_terry_loss, pairwise_accuracy
+from rlkit_methods.preferences.store import PairStore, make_pair_store, pairs_of
 
 SHOWN = 4  # held-out pairs shown as samples at each evaluation
 
@@ -37,7 +38,6 @@ class RewardModelTrainer(OfflineTrainer):
     def make_experience(self, samples, seq_length: int = 2048) -> None:
         if self.engine.is_seq2seq:
             raise ConfigError("model.model_arch_type: the reward model is built for causal LMs here; use causal")
-        from rlkit_methods.preferences.store import PairStore, make_pair_store
 
         try:
             store = make_pair_store(samples, self.tokenizer, seq_length, append_eos=False, extra_column=True)
@@ -52,15 +52,14 @@ class RewardModelTrainer(OfflineTrainer):
         self.store = PairStore(kept, store.pad_id, True)
 
     def rewards(self, outputs: dict[str, Any], batch) -> torch.Tensor:
-        """(2N,) rewards: the head's value at the position after each completion."""
+        """(2N,) rewards (chosen, rejected, ...): the head's value at the position after each completion."""
         values = outputs["values"]  # (2N, R + 1)
         return values.gather(1, batch["lengths"].to(values.device).unsqueeze(1)).squeeze(1).float()
 
     def loss(self, outputs, batch):
-        r = self.rewards(outputs, batch)
-        B = r.shape[0] // 2
-        chosen, rejected = r[:B], r[B:]
-        loss = bradley_terry_loss(chosen, rejected, batch["margin"].to(r.device), self.config.method.center_rewards_coefficient)
+        chosen, rejected = pairs_of(self.rewards(outputs, batch))
+        margin = pairs_of(batch["margin"].to(chosen.device))[0]
+        loss = bradley_terry_loss(chosen, rejected, margin, self.config.method.center_rewards_coefficient)
         return loss, {"loss": loss.item(), **pair_stats(chosen.detach(), rejected.detach())}
 
     def evaluate(self) -> dict[str, Any]:
@@ -73,9 +72,9 @@ class RewardModelTrainer(OfflineTrainer):
         items = self.eval_store.items
         for i in range(0, len(items), micro):
             batch = self.eval_store.collate(items[i : i + micro])
-            r = self.rewards(self.engine.forward("response", batch), batch)
-            chosen.append(r[: len(r) // 2])
-            rejected.append(r[len(r) // 2 :])
+            c, r = pairs_of(self.rewards(self.engine.forward("response", batch), batch))
+            chosen.append(c)
+            rejected.append(r)
         chosen, rejected = torch.cat(chosen), torch.cat(rejected)
         margins = torch.tensor([it.get("margin", 0.0) for it in items])
         stats = {f"metrics/{k.replace('/', '_')}": v for k, v in pair_stats(chosen, rejected).items()}

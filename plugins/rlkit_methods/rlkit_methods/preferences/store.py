@@ -1,7 +1,7 @@
 """Preference pairs as token ids, collated for the engine's ``response`` forward.
 
-A batch of B pairs is 2B rows: the chosen completions, then the rejected ones, each after its
-prompt (prompts left-padded, completions right-padded, positions following the real tokens).
+A batch of B pairs is 2B rows: each pair's chosen completion, then its rejected one, each after
+its prompt (prompts left-padded, completions right-padded, positions following the real tokens).
 """
 
 from __future__ import annotations
@@ -48,16 +48,26 @@ class PairStore(Dataset):
         return len(self.items)
 
     def collate(self, items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        """2B rows (chosen, then rejected), ``margin`` (B,), and ``ref_chosen_logps`` /
-        ``ref_rejected_logps`` (B,) when every item carries them."""
-        prompts = [it["prompt"] for it in items] * 2
-        completions = [it["chosen"] for it in items] + [it["rejected"] for it in items]
+        """2B rows, each pair's chosen row then its rejected row (every tensor has a row per
+        sequence, so an engine that slices the collated rows into micro-batches keeps pairs
+        whole when its micro-batches hold an even number of rows), ``margin`` (2B,) repeated
+        on both rows, and ``ref_logps`` (2B,) when every item carries the reference's."""
+        prompts = [it["prompt"] for it in items for _ in range(2)]
+        completions = [c for it in items for c in (it["chosen"], it["rejected"])]
         batch = response_batch(prompts, completions, self.pad_id, self.extra_column)
-        batch["margin"] = torch.tensor([it.get("margin", 0.0) for it in items], dtype=torch.float)
+        batch["margin"] = torch.tensor([it.get("margin", 0.0) for it in items for _ in range(2)], dtype=torch.float)
         if all("ref_chosen_logps" in it for it in items):
-            batch["ref_chosen_logps"] = torch.tensor([it["ref_chosen_logps"] for it in items], dtype=torch.float)
-            batch["ref_rejected_logps"] = torch.tensor([it["ref_rejected_logps"] for it in items], dtype=torch.float)
+            batch["ref_logps"] = torch.tensor([v for it in items for v in (it["ref_chosen_logps"], it["ref_rejected_logps"])],
+                                              dtype=torch.float)
         return batch
+
+
+def pairs_of(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(2B,) rows as collated (chosen, rejected, chosen, ...) -> the chosen (B,) and rejected (B,)."""
+    if values.shape[0] % 2:
+        raise ValueError(f"a micro-batch of {values.shape[0]} rows holds half a pair; the engine must split "
+                         f"pairs' rows evenly (NeMo: an even megatron_cfg micro_batch_size)")
+    return values[0::2], values[1::2]
 
 
 def make_pair_store(samples: Sequence[Any], tokenizer: Any, max_length: int, *, append_eos: bool = True,
