@@ -34,8 +34,10 @@ def test_bradley_terry_with_margin_and_centering():
     assert centred == pytest.approx(plain + 0.1 * (1.0 + 0.0) / 2, abs=1e-6)
 
 
-def test_pairwise_accuracy_counts_strict_wins():
-    assert pairwise_accuracy(torch.tensor([1.0, 0.0, 2.0, -1.0]), torch.tensor([0.0, 0.0, 1.0, 0.0])).item() == 0.5
+def test_pairwise_accuracy_counts_wins_and_half_the_ties():
+    # wins, tie, win, loss: (1 + 0.5 + 1 + 0) / 4
+    assert pairwise_accuracy(torch.tensor([1.0, 0.0, 2.0, -1.0]), torch.tensor([0.0, 0.0, 1.0, 0.0])).item() == 0.625
+    assert pairwise_accuracy(torch.zeros(3), torch.zeros(3)).item() == 0.5  # a fresh zero head: chance
 
 
 def test_sequence_logps_sum_or_token_mean():

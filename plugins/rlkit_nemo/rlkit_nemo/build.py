@@ -113,7 +113,7 @@ def nemo_source(yaml_model: dict, path: Any):
 
 def heads_factory(spec) -> Optional[Callable]:
     """``make_heads(config, vocab)`` for ``spec.heads``; refuses options it has not got."""
-    from rlkit_nemo.models.heads import ILQLHeads, ParallelMLPHead
+    from rlkit_nemo.models.heads import ILQLHeads, ParallelMLPHead, ScoreHead
 
     options = dict(spec.options)
     if spec.heads == "lm":
@@ -123,6 +123,8 @@ def heads_factory(spec) -> Optional[Callable]:
     if spec.heads == "value":
         if options.get("num_value_layers_unfrozen", 0):
             raise ConfigError("method.num_value_layers_unfrozen: the NeMo engine's value head reads the last hidden state; set it to 0")
+        if options.get("score_head"):  # a reward model
+            return lambda config, vocab: ScoreHead(config.hidden_size)
         return lambda config, vocab: ParallelMLPHead(config, config.hidden_size, 1)
     if options.get("q_heads", "mlp") != "mlp":
         raise ConfigError(f"method.q_heads: the NeMo engine has mlp Q heads only, not {options['q_heads']!r}; use mlp")

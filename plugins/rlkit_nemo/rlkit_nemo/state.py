@@ -21,6 +21,7 @@ from rlkit_core.errors import RlkitError
 
 LAYOUT_FILE = "megatron_layout.json"
 SCHEDULER_FILE = "scheduler.json"
+SCORE_KEY = "heads.score.weight"  # a reward model's head (models/heads.py ScoreHead)
 
 
 def layout(ps) -> dict[str, int]:
@@ -124,7 +125,14 @@ def export(directory: Path, full: dict[str, torch.Tensor], hf_config, tokenizer)
         _, unexpected = model.load_state_dict(megatron_to_hf(trunk, hf_config), strict=False)
         if unexpected:
             raise RlkitError(f"export: converted weights the HF model does not have: {unexpected[:3]}")
-        model.save_pretrained(directory)
+        if SCORE_KEY in heads:  # a reward model: one sequence-classifier folder, no heads file
+            from rlkit_methods.preferences.export import save_sequence_classifier
+
+            if hf_config.pad_token_id is None:
+                model.config.pad_token_id = tokenizer.pad_token_id
+            save_sequence_classifier(model, heads.pop(SCORE_KEY), directory)
+        else:
+            model.save_pretrained(directory)
     else:
         save_file({k: v.contiguous() for k, v in trunk.items()}, str(directory / "megatron_model.safetensors"))
     if heads:

@@ -41,7 +41,6 @@ from rlkit_accelerate.models.blocks import (
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import Branch, freeze_trunk, hydra_reference, make_head
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
-from rlkit_accelerate.models.score_head import make_score_head, save_sequence_classifier
 from rlkit_accelerate.models.shared_prompts import (
     generate_sharing_prompts,
     one_path,
@@ -114,8 +113,9 @@ class CausalLMWithValueHead(nn.Module):
             if self.uses_adapters or num_value_layers_unfrozen:
                 raise ConfigError("a reward model's score head reads the LM's last hidden state; "
                                   "use it without model.peft_config and without a value branch")
-            std = getattr(getattr(base_model, "config", None), "initializer_range", 0.02)
-            self.v_head = make_score_head(layout.hidden_size, weight, std)
+            from rlkit_methods.preferences.export import make_score_head
+
+            self.v_head = make_score_head(layout.hidden_size, weight.dtype, weight.device)
         else:
             self.v_head = make_head(layout.hidden_size, 1, weight.dtype).to(weight.device) if value_head else None
 
@@ -377,8 +377,10 @@ class CausalLMWithValueHead(nn.Module):
         model), plus ``value_head.safetensors`` for ``from_pretrained`` of this class. A reward
         model (``score_head``) is one ``AutoModelForSequenceClassification`` folder instead."""
         if self.score_head:
-            save_sequence_classifier(self.base_model, self.v_head, save_directory, substate(state_dict, "base_model"),
-                                     substate(state_dict, "v_head"))
+            from rlkit_methods.preferences.export import save_sequence_classifier
+
+            score = substate(state_dict, "v_head") or self.v_head.state_dict()
+            save_sequence_classifier(self.base_model, score["weight"], save_directory, substate(state_dict, "base_model"))
             return
         save_base_model(self.base_model, save_directory, merge_adapters, substate(state_dict, "base_model"), **kwargs)
         if any(head is not None for head in self._heads().values()):

@@ -38,8 +38,10 @@ def bradley_terry_loss(rewards_chosen: torch.Tensor, rewards_rejected: torch.Ten
 
 
 def pairwise_accuracy(rewards_chosen: torch.Tensor, rewards_rejected: torch.Tensor) -> torch.Tensor:
-    """The fraction of pairs whose chosen answer scores strictly higher (chance: 0.5)."""
-    return (rewards_chosen > rewards_rejected).float().mean()
+    """The fraction of pairs whose chosen answer scores higher, a tie counting half (what a
+    coin toss between equal scores gets): chance, and a fresh zero score head, give 0.5."""
+    wins = (rewards_chosen > rewards_rejected).float() + 0.5 * (rewards_chosen == rewards_rejected).float()
+    return wins.mean()
 
 
 def sequence_logps(logprobs: torch.Tensor, mask: torch.Tensor, average: bool = False) -> torch.Tensor:

@@ -4,6 +4,7 @@
   split Megatron-style: the first layer column-parallel, the second row-parallel, so each TP
   rank holds half of the 2h units and the row-parallel all-reduce gives every rank the same
   output. The PPO value head and ILQL's V head.
+* :class:`ScoreHead` — a reward model's bias-free linear head (HF's ``score``).
 * :class:`VocabParallelQHead` — the same MLP ending in a column-parallel layer over the
   vocabulary, so Q(s, .) stays split over TP ranks like the LM logits.
 * :class:`ILQLHeads` — V, one or two Q heads and their frozen target copies.
@@ -47,6 +48,21 @@ class ParallelMLPHead(nn.Module):
         h, _ = self.up(hidden)  # (B, S, 2H / tp)
         out, _ = self.down(torch.relu(h))  # (B, S, out), all-reduced over TP
         return out
+
+
+class ScoreHead(nn.Module):
+    """A reward model's head, HF's ``score``: (B, S, H) -> (B, S, 1) by one bias-free linear
+    map, replicated on every TP rank (h values in, one out: nothing worth splitting), zero at
+    the start as the accelerate engine's (``rlkit_methods.preferences.export``)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        from rlkit_methods.preferences.export import make_score_head
+
+        self.score = make_score_head(hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.score(hidden)
 
 
 class VocabParallelQHead(nn.Module):
