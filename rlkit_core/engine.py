@@ -62,7 +62,9 @@ class ModelSpec:
     ``ref_logprobs`` (hydra branch, adapters switched off, or a separate copy: the engine's
     choice, exact at step 0). ``num_layers_unfrozen``: train only the top blocks (-1: all).
     ``options``: head settings (``num_value_layers_unfrozen``, ``two_qs``, ``alpha``,
-    ``prompt_learning``...) that an engine may refuse with a one-line error when it lacks them.
+    ``prompt_learning``; ``score_head``: the value head is a reward model's bias-free linear
+    ``score``, exported as an HF sequence classifier; ``disable_dropout``...) that an engine
+    may refuse with a one-line error when it lacks them.
     """
 
     heads: str = attrs.field(validator=attrs.validators.in_(("lm", "value", "ilql")))
