@@ -29,6 +29,8 @@ Method-side functions an engine applies
 * :func:`batched_index_select`: rows of (B, T, ...) at per-row indices (ILQL's states and actions).
 * :func:`q_guided_logits`, :func:`topk_mask`: ILQL's steered sampling
   (``rlkit_core.engine.QGuidance``); :func:`sync_target`: its Polyak target-Q update.
+* :func:`make_score_head`, :func:`save_sequence_classifier`: a reward model's head
+  (``ModelSpec`` option ``score_head``) and its export as an HF sequence classifier.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from rlkit_methods.data.tokenizers import load_tokenizer
 from rlkit_methods.ilql.losses import batched_index_select
 from rlkit_methods.ilql.sampling import q_guided_logits, sync_target, topk_mask
 from rlkit_methods.loop.batching import split_microbatches
+from rlkit_methods.preferences.export import make_score_head, save_sequence_classifier
 from rlkit_methods.sft.store import IGNORE_INDEX
 
 __all__ = [
@@ -54,10 +57,12 @@ __all__ = [
     "get_scheduler_class",
     "load_tokenizer",
     "logprobs_of_labels",
+    "make_score_head",
     "map_tensors",
     "mean_stats",
     "position_ids_from_mask",
     "q_guided_logits",
+    "save_sequence_classifier",
     "split_microbatches",
     "sync_target",
     "to_cpu",

@@ -126,7 +126,7 @@ def export(directory: Path, full: dict[str, torch.Tensor], hf_config, tokenizer)
         if unexpected:
             raise RlkitError(f"export: converted weights the HF model does not have: {unexpected[:3]}")
         if SCORE_KEY in heads:  # a reward model: one sequence-classifier folder, no heads file
-            from rlkit_methods.preferences.export import save_sequence_classifier
+            from rlkit_methods.engine_kit import save_sequence_classifier
 
             if hf_config.pad_token_id is None:
                 model.config.pad_token_id = tokenizer.pad_token_id

@@ -113,7 +113,7 @@ class CausalLMWithValueHead(nn.Module):
             if self.uses_adapters or num_value_layers_unfrozen:
                 raise ConfigError("a reward model's score head reads the LM's last hidden state; "
                                   "use it without model.peft_config and without a value branch")
-            from rlkit_methods.preferences.export import make_score_head
+            from rlkit_methods.engine_kit import make_score_head
 
             self.v_head = make_score_head(layout.hidden_size, weight.dtype, weight.device)
         else:
@@ -377,7 +377,7 @@ class CausalLMWithValueHead(nn.Module):
         model), plus ``value_head.safetensors`` for ``from_pretrained`` of this class. A reward
         model (``score_head``) is one ``AutoModelForSequenceClassification`` folder instead."""
         if self.score_head:
-            from rlkit_methods.preferences.export import save_sequence_classifier
+            from rlkit_methods.engine_kit import save_sequence_classifier
 
             score = substate(state_dict, "v_head") or self.v_head.state_dict()
             save_sequence_classifier(self.base_model, score["weight"], save_directory, substate(state_dict, "base_model"))

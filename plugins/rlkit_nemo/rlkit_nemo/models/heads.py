@@ -57,7 +57,7 @@ class ScoreHead(nn.Module):
 
     def __init__(self, hidden_size: int):
         super().__init__()
-        from rlkit_methods.preferences.export import make_score_head
+        from rlkit_methods.engine_kit import make_score_head
 
         self.score = make_score_head(hidden_size)
 
