@@ -80,12 +80,13 @@ def check_names(config: TRLConfig, registry: Registry) -> None:
 
 
 def split_samples(items: list[Any]) -> tuple[list[Any], list[float] | None]:
-    """``[{"sample": s, "reward": r}, ...]`` -> samples and rewards; other items pass through."""
+    """``[{"sample": s, "reward": r}, ...]`` -> samples and rewards; other items pass through
+    (a dict without ``sample``, such as a preference pair, whole)."""
     if items and all(isinstance(item, dict) and "reward" in item for item in items):
         return [item["sample"] for item in items], [item["reward"] for item in items]
     if any(isinstance(item, dict) and "reward" in item for item in items):
         raise ConfigError("data.samples: some samples carry a reward and some do not; label all or none")
-    return [item["sample"] if isinstance(item, dict) else item for item in items], None
+    return [item["sample"] if isinstance(item, dict) and "sample" in item else item for item in items], None
 
 
 def train_from_config(config: TRLConfig, *, plugins=None):

@@ -124,3 +124,29 @@ def test_logged_pg_importance_weights_are_exactly_one_for_rows_logged_by_the_pol
     (first,) = train_records(tmp_path)
     assert first["policy/importance_weight_mean"] == 1.0 and first["policy/importance_weight_max"] == 1.0, first
     assert first["policy/truncated_fraction"] == 0.0
+
+
+@pytest.mark.parametrize("method", ["dpo", "logged_pg"])
+def test_rlkit_run_reads_pairs_and_logged_rows_from_jsonl(method, tmp_path):
+    """What `rlkit run` does with data.samples from the preference_pairs / logged_completions sources."""
+    import json
+
+    from rlkit_core.run import train_from_config
+
+    if method == "dpo":
+        rows, source = prefs_setup.walk_pairs(16), "preference_pairs"
+    else:
+        samples, rewards = prefs_setup.logged_rows(16)
+        rows, source = [{"prompt": p, "completion": c, "reward": r} for (p, c), r in zip(samples, rewards)], "logged_completions"
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = prefs_setup.config(method, tmp_path, train=dict(total_steps=2),
+                                data=dict(samples=dict(pipeline=source, kwargs=dict(path=str(path))),
+                                          eval_prompts=dict(pipeline="randomwalks_prompts")),
+                                metric=dict(name="randomwalks_metric"))
+    try:
+        trainer = train_from_config(config)
+    finally:
+        reset()
+    assert len(trainer.store) == len(rows) and trainer.iter_count == 2
+    assert len(train_records(tmp_path)) == 2
