@@ -150,3 +150,25 @@ def test_rlkit_run_reads_pairs_and_logged_rows_from_jsonl(method, tmp_path):
         reset()
     assert len(trainer.store) == len(rows) and trainer.iter_count == 2
     assert len(train_records(tmp_path)) == 2
+
+
+def test_a_trained_reward_model_scores_ppo_rollouts(tmp_path):
+    """reward: reward_model scores texts as the reward-model trainer scored them, and PPO trains with it."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "accelerate" / "trainers"))
+    import walks_setup
+
+    from rlkit_methods.rewards.reward_model import reward_model_reward
+
+    rm = run("reward_model", tmp_path / "rm", overrides=dict(train=dict(total_steps=3)))
+    rm.save_pretrained(tmp_path / "rm_model")
+    items = rm.store.items[:4]
+    batch = rm.store.collate(items)
+    ours = rm.rewards(rm.engine.forward("response", batch), batch)  # (8,) chosen, rejected, ...
+    texts = [rm.tokenizer.decode(it["prompt"] + c) for it in items for c in (it["chosen"], it["rejected"])]
+    reward_fn = reward_model_reward(str(tmp_path / "rm_model"), batch_size=3)
+    assert torch.allclose(torch.tensor(reward_fn(texts)), ours, atol=1e-5)
+    try:
+        ppo = walks_setup.run("ppo", tmp_path / "ppo", config_overrides=dict(train=dict(total_steps=1)), reward_fn=reward_fn)
+    finally:
+        reset()
+    assert ppo.iter_count == 1

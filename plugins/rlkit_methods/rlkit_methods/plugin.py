@@ -104,6 +104,8 @@ def rlkit_register_rewards():
                    description="VADER compound sentiment of each output, in [-1, 1] (on: outputs|samples)"),
         RewardSpec("sentiment", f"{_M}.rewards.vader:vader_metric", kind="metric",
                    description="VADER compound sentiment as metric 'sentiment'"),
+        RewardSpec("reward_model", f"{_M}.rewards.reward_model:reward_model_reward", kind="reward",
+                   description="the score of a trained reward model (path: a sequence-classifier folder, batch_size, device)"),
         RewardSpec("randomwalks", f"{_M}.rewards.randomwalks:randomwalks_reward", kind="reward",
                    description="optimality of a walk to the goal node (trlX's randomwalks; seed=1000)"),
         RewardSpec("randomwalks_metric", f"{_M}.rewards.randomwalks:randomwalks_metric", kind="metric",
