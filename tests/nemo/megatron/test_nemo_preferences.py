@@ -1,7 +1,8 @@
 """DPO, the reward model and logged_pg (rlkit_methods, written once) on the NeMo engine at TP=2
 on two CPU processes, paired as NeMoDPOTrainer, NeMoRewardModelTrainer and NeMoLoggedPGTrainer
 (names no plugin registers): the same losses on both TP ranks, and the accelerate engine's
-losses on the same model, data and seed within 1e-4; the reward model's export is a plain
+losses on the same model, data and seed within 1e-4 (DPO with its reference precomputed, and
+from the engine's frozen reference with num_layers_unfrozen=1); the reward model's export is a plain
 AutoModelForSequenceClassification folder. The accelerate side:
 tests/conformance/test_preferences_engine.py."""
 
@@ -14,7 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[2] / "accelerate" / "trainers"))
 import prefs_setup  # noqa: E402
 
-METHODS = ("dpo", "reward_model", "logged_pg")
+CASES = {"dpo": ("dpo", {}), "dpo_hydra": ("dpo", {"num_layers_unfrozen": 1}),  # as prefs_tp2_worker.py
+         "reward_model": ("reward_model", {}), "logged_pg": ("logged_pg", {})}
 STEPS = 3  # as prefs_tp2_worker.py
 TOLERANCE = 1e-4  # TP=2 sums the split matrix products in another order than one process
 
@@ -36,27 +38,28 @@ def accelerate_losses(tmp_path_factory):
     from rlkit_methods.loop.metrics_log import read_metrics
 
     losses = {}
-    for method in METHODS:
-        folder = tmp_path_factory.mktemp(f"accelerate_{method}")
+    for case, (method, model) in CASES.items():
+        folder = tmp_path_factory.mktemp(f"accelerate_{case}")
         try:
-            prefs_setup.run(method, folder, config_overrides=dict(train=dict(total_steps=STEPS)),
+            prefs_setup.run(method, folder, config_overrides=dict(train=dict(total_steps=STEPS), model=model),
                             plugins=[rlkit_accelerate.plugin])
         finally:
             AcceleratorState._reset_state(True)
             GradientState._reset_state()
-        losses[method] = [r["loss"] for r in read_metrics(folder / "ckpts" / "logs") if r["kind"] == "train"]
+        losses[case] = [r["loss"] for r in read_metrics(folder / "ckpts" / "logs") if r["kind"] == "train"]
     return losses
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_tp2_trains_and_matches_the_accelerate_engine(method, ranks, accelerate_losses):
-    first, second = (r[method] for r in ranks)
+@pytest.mark.parametrize("case", list(CASES))
+def test_tp2_trains_and_matches_the_accelerate_engine(case, ranks, accelerate_losses):
+    first, second = (r[case] for r in ranks)
     assert isinstance(first, dict), first
     assert isinstance(second, dict), second
     assert (first["tp_rank"], second["tp_rank"]) == (0, 1)
     assert first["losses"] == second["losses"]  # one replica: the same step on both ranks
     assert len(first["losses"]) == STEPS
-    assert first["losses"] == pytest.approx(accelerate_losses[method], abs=TOLERANCE), (first["losses"], accelerate_losses[method])
+    assert first["has_reference"] == (case == "dpo_hydra")  # otherwise precomputed: no reference model
+    assert first["losses"] == pytest.approx(accelerate_losses[case], abs=TOLERANCE), (first["losses"], accelerate_losses[case])
 
 
 def test_tp2_reward_model_exports_a_sequence_classifier(ranks):
