@@ -16,6 +16,7 @@ from rlkit_core.testing.engine import check_engine_protocol, check_exact_resume,
 sys.path.insert(0, str(Path(__file__).parents[1] / "accelerate" / "trainers"))
 import prefs_setup  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
 METHODS = ["dpo", "reward_model", "logged_pg"]
 
 

@@ -1,7 +1,7 @@
 """DPO, the reward model and logged_pg (rlkit_methods, written once) on the NeMo engine at TP=2
 on two CPU processes, paired as NeMoDPOTrainer, NeMoRewardModelTrainer and NeMoLoggedPGTrainer
 (names no plugin registers): the same losses on both TP ranks, and the accelerate engine's
-losses on the same model, data and seed within 1e-4 (DPO with its reference precomputed, and
+losses on the same model, data and seed within 5e-5 (DPO with its reference precomputed, and
 from the engine's frozen reference with num_layers_unfrozen=1); the reward model's export is a plain
 AutoModelForSequenceClassification folder. The accelerate side:
 tests/conformance/test_preferences_engine.py."""
@@ -17,8 +17,9 @@ import prefs_setup  # noqa: E402
 
 CASES = {"dpo": ("dpo", {}), "dpo_hydra": ("dpo", {"num_layers_unfrozen": 1}),  # as prefs_tp2_worker.py
          "reward_model": ("reward_model", {}), "logged_pg": ("logged_pg", {})}
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
 STEPS = 3  # as prefs_tp2_worker.py
-TOLERANCE = 1e-4  # TP=2 sums the split matrix products in another order than one process
+TOLERANCE = 5e-5  # rlkit_core.testing.cross_engine's atol: TP=2 sums split matrix products in another order
 
 
 @pytest.fixture(scope="module")
