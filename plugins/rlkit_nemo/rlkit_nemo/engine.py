@@ -122,6 +122,8 @@ class MegatronEngine:
         make_heads = seeded(heads_factory(spec), seed)  # the same heads at every TP/PP layout
         torch.manual_seed(seed)  # the same initial weights on every rank (an HF config is built here)
         model_cfg, vocab, weights, self.hf_config = model_source(self.megatron["model"], self.source, len(self.tokenizer))
+        if spec.options.get("disable_dropout"):  # TRL's disable_dropout: none while training either
+            model_cfg = dict(model_cfg, hidden_dropout=0.0, attention_dropout=0.0)
         tp = self.ps.get_tensor_model_parallel_world_size()
         check_parallel_sizes(tensor_model_parallel_size=tp, pipeline_model_parallel_size=self.pipeline_size,
                              world_size=dist.get_world_size(), num_attention_heads=model_cfg["num_attention_heads"],
