@@ -54,6 +54,10 @@ class MegatronEngine:
 
         self.config, self.ps = config, ps
         self.cpu = not torch.cuda.is_available()
+        if self.cpu:  # a supported mode: megatron-core's CUDA requests go to the CPU (gloo)
+            from rlkit_nemo import cpu as cpu_mode
+
+            cpu_mode.enable()
         init_distributed()
         raw = load_megatron_cfg(megatron_cfg)
         # the sizes are checked against the processes that are really here (never a hang)
@@ -71,6 +75,7 @@ class MegatronEngine:
         # fp32 weights under a half-precision YAML (no O2): the forward passes run in autocast
         self.autocast = getattr(torch, precision["autocast_dtype"]) if precision and precision["autocast_enabled"] else None
         self.module = self.model = self.ref = self.optimizer = self.schedule = None
+        self.half = self.ref_half = None  # the modules the forwards run: Float16Module under O2
 
     # --- facts -------------------------------------------------------------------------------
 
@@ -135,15 +140,21 @@ class MegatronEngine:
         module, self.ref = build_model(model_cfg, vocab, weights, spec, make_heads=make_heads, cpu=self.cpu,
                                        device=self.device, tp=tp)
         del weights
-        self.module = module
+        from rlkit_nemo import precision
+
+        # O2: Megatron's Float16Module (half weights, norms and embeddings included; fp32 outputs)
+        self.module, self.half = module, precision.wrap(module)
+        # the reference shares the policy's frozen blocks, already cast (parameters keep identity)
+        self.ref_half = precision.wrap(self.ref) if self.ref is not None else None
         self.model = DistributedDataParallel(
-            config=module.config, module=module,
+            config=module.config, module=self.half,
             ddp_config=DistributedDataParallelConfig(
                 grad_reduce_in_fp32=True, overlap_grad_reduce=False,
                 use_distributed_optimizer=self.megatron["optimizer"]["use_distributed_optimizer"]),
         )
         module.config.finalize_model_grads_func = finalize_model_grads
         self.optimizer = get_megatron_optimizer(optimizer_config(self.config, self.megatron["optimizer"]), [self.model])
+        precision.scale_losses(module.config, self.optimizer)  # fp16: the dynamic loss scale
         self.schedule = LRSchedule(self.config, self.optimizer)
         torch.manual_seed(seed + self.process_index)  # each data-parallel rank samples with its own stream
 
@@ -152,6 +163,8 @@ class MegatronEngine:
         over ``micro_batches`` on the last stage (None on the others)."""
         from rlkit_nemo.pipeline import forward_outputs
 
+        # through the half-precision wrapper when there is one (fp32 outputs, as in training)
+        model = {id(self.module): self.half, id(self.ref): self.ref_half}.get(id(model), model)
         return forward_outputs(model, kind, micro_batches, pipelined=self.pipeline_size > 1, autocast=self.autocast)
 
     def _evaluating(self):

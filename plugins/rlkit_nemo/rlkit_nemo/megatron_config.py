@@ -233,6 +233,10 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None, qu
             clip_grad=0.0 if cpu else float(trainer.get("gradient_clip_val", 1.0) or 0.0),
             use_distributed_optimizer=opt_name == "distributed_fused_adam" and not cpu,
             bf16=half == "bfloat16", fp16=half == "float16", params_dtype=params_dtype,
+            # fp16's dynamic loss scale (NeMo 1's native_amp_* keys; bf16 takes none)
+            initial_loss_scale=float(model.get("native_amp_init_scale", 2**32)),
+            loss_scale_window=float(model.get("native_amp_growth_interval", 1000)),
+            hysteresis=int(model.get("hysteresis", 2)),
         ),
         "scheduler": None if not sched.get("name") else dict(
             name=sched["name"], warmup_steps=int(sched.get("warmup_steps", 0)),

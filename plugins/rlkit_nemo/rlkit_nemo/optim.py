@@ -6,8 +6,8 @@ added to the gradient as torch's Adam does; adamw: decoupled). The learning rate
 ``scheduler.name`` with trlX's torch schedulers, run on a one-parameter *shadow* optimizer
 whose rate is copied into Megatron's parameter groups after every step, so every scheduler
 torch has (cosine annealing, linear, constant...) works unchanged and its state is torch's
-own ``state_dict``. Megatron's precision settings (bf16/fp16 weights, the distributed
-optimizer) stay the Megatron YAML's.
+own ``state_dict``. Megatron's precision settings (bf16/fp16 weights with fp32 main copies,
+fp16's dynamic loss scale, the distributed optimizer) stay the Megatron YAML's.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch
 from rlkit_core.errors import ConfigError
 from rlkit_methods.engine_kit import get_scheduler_class
 
+LOSS_SCALE = ("initial_loss_scale", "loss_scale_window", "hysteresis")  # fp16's dynamic scale, the YAML's
 OPTIMIZERS = {"adam": ("adam", False), "adamw": ("adam", True), "sgd": ("sgd", False)}
 
 
@@ -46,6 +47,7 @@ def optimizer_config(config, yaml_optimizer: dict[str, Any]):
         bf16=yaml_optimizer["params_dtype"] == "bfloat16", fp16=yaml_optimizer["params_dtype"] == "float16",
         params_dtype=getattr(torch, yaml_optimizer["params_dtype"]),
         use_distributed_optimizer=yaml_optimizer["use_distributed_optimizer"],
+        **{k: yaml_optimizer[k] for k in LOSS_SCALE if k in yaml_optimizer},
     )
 
 

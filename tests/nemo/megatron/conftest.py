@@ -1,97 +1,26 @@
-"""Test-only patches that let megatron-core (and NeMo's Lightning trainer) run on CPU with gloo.
+"""Fixtures for the NeMo venv's tests: megatron-core on CPU with gloo.
 
-megatron-core and NeMo hard-code CUDA in a few places (device="cuda" literals in the pipeline
-schedules and the optimizer's loss scale, ``torch.cuda.current_device()`` for buffers,
-``torch.cuda.synchronize`` in p2p, CUDA RNG state in ``tensor_parallel.random``,
-``torch.cuda.Stream`` in NeMo's ``megatron_parallel``). Rather than patch each module, a
-``TorchFunctionMode`` sends every CUDA device request to the CPU and the few ``torch.cuda``
-calls they make become CPU equivalents. None of this is in the plugin: on a GPU the code
-runs unpatched.
-
-The torchrun workers import this file (their folder is on PYTHONPATH) and call
-:func:`patch_for_cpu` first; the in-process tests get it from the ``megatron_cpu`` fixture.
+The CPU mode is the plugin's (:mod:`rlkit_nemo.cpu`, which the engine turns on by itself on a
+machine without CUDA); the torchrun workers import this file (their folder is on PYTHONPATH)
+and call :func:`patch_for_cpu` before megatron-core runs anything, the in-process tests get
+it from the ``megatron_cpu`` fixture.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
 import pytest
-import torch
-from torch.overrides import TorchFunctionMode
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _is_cuda(device) -> bool:
-    if device is None:
-        return False
-    if isinstance(device, int):  # a bare index means a CUDA device to torch
-        return True
-    return torch.device(device).type == "cuda"
-
-
-class CudaToCpu(TorchFunctionMode):
-    """Every tensor asked for on a CUDA device is made on the CPU; ``.cuda()`` is the identity."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        if _is_cuda(kwargs.get("device")):
-            kwargs["device"] = "cpu"
-        if kwargs.get("pin_memory"):  # NeMo's data sampler pins its counters for the GPU
-            kwargs["pin_memory"] = False
-        if func is torch.Tensor.cuda:
-            return args[0]
-        if func is torch.Tensor.to and args[1:] and not isinstance(args[1], torch.Tensor) and _is_cuda_arg(args[1]):
-            args = (args[0], "cpu", *args[2:])
-        if func in (torch.Tensor.pin_memory,):
-            return args[0]
-        return func(*args, **kwargs)
-
-
-def _is_cuda_arg(value) -> bool:
-    try:
-        return isinstance(value, (str, int, torch.device)) and _is_cuda(value)
-    except (RuntimeError, TypeError):
-        return False
-
-
-class _CpuRngState:
-    """Stands in for the CUDA RNG calls of ``tensor_parallel.random``: the CPU generator."""
-
-    @staticmethod
-    def get_rng_state(*args, **kwargs):
-        return torch.get_rng_state()
-
-    @staticmethod
-    def set_rng_state(state, *args, **kwargs):
-        torch.set_rng_state(state)
-
-
-_PATCHED = False
-
-
 def patch_for_cpu() -> None:
-    """Install the patches for this process (idempotent)."""
-    global _PATCHED
-    if _PATCHED:
-        return
-    _PATCHED = True
-    torch.cuda.current_device = lambda: torch.device("cpu")
-    torch.cuda.synchronize = lambda *a, **k: None
-    torch.cuda.manual_seed = torch.manual_seed  # the RNG tracker keeps CPU generator states
-    torch.cuda.get_rng_state = _CpuRngState.get_rng_state
-    torch.cuda.set_rng_state = _CpuRngState.set_rng_state
-    torch.cuda.Stream = lambda *a, **k: None
-    torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()
-    torch.cuda.current_stream = lambda *a, **k: None
-    import megatron.core.tensor_parallel.random as mrandom
+    """This process in the plugin's CPU mode (idempotent)."""
+    from rlkit_nemo.cpu import enable
 
-    mrandom._set_cuda_rng_state = lambda new_state, *a, **k: torch.set_rng_state(new_state)
-    mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
-    CudaToCpu().__enter__()  # for the life of the process (pytest runs workers in subprocesses)
+    enable()
 
 
 def worker_env() -> dict:

@@ -1,7 +1,8 @@
 """trlX's six NeMo Megatron YAMLs (tests/nemo/fixtures/trlx_nemo_configs, copied unchanged)
 load and translate: interpolations resolved with NeMo's resolvers, NeMo 1's model keys mapped,
 sequence parallelism / Transformer Engine / FP8 turned off with one warning line each where they
-cannot run, and each one's model builds and runs once shrunk (by overriding after loading).
+cannot run, and each one's model builds and runs once shrunk (by overriding after loading), in
+the YAML's precision (bf16 weights in Megatron's Float16Module where it says O2).
 Runs in the NeMo venv (omegaconf)."""
 
 from pathlib import Path
@@ -166,22 +167,25 @@ def test_each_trlx_yamls_model_builds_and_runs_once_shrunk(name):
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
+    from rlkit_nemo import precision
     from rlkit_nemo.models.build import build_gpt, transformer_config
     from rlkit_nemo.models.gpt import causal_padding_mask
 
     model = translate(str(FIXTURES / name), cpu=True)["model"]
     model.update(num_layers=2, hidden_size=32, ffn_hidden_size=48, num_attention_heads=4, encoder_seq_length=16,
                  max_position_embeddings=16, tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
-                 params_dtype="32", activations_checkpoint_granularity=None)
+                 activations_checkpoint_granularity=None)  # the YAML's precision: bf16 weights under O2
     ps.destroy_model_parallel()
     ps.initialize_model_parallel(1, 1)
     model_parallel_cuda_manual_seed(0)
     config = transformer_config(model, cpu=True)
     assert config.gated_linear_unit is (model["activation"] == "swiglu")
     assert config.normalization == model["normalization"] and config.layernorm_epsilon == model["layernorm_epsilon"]
-    gpt = build_gpt(model, 64, cpu=True).eval()
+    gpt = build_gpt(model, 64, cpu=True)
     if model["position_embedding_type"] == "rope":
         assert gpt.rotary_pos_emb.inv_freq.numel() == int(8 * model.get("rotary_percent", 1.0)) // 2
+    gpt = precision.wrap(gpt).eval()  # Megatron's Float16Module where the YAML says O2
+    assert {p.dtype for p in gpt.parameters()} == {torch.bfloat16 if model["params_dtype"] == "bf16" else torch.float32}
     ids = torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits = gpt(ids, torch.arange(10).repeat(2, 1), causal_padding_mask(torch.ones_like(ids)))

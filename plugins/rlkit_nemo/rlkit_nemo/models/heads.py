@@ -103,6 +103,9 @@ class ILQLHeads(nn.Module):
         self.target_q_heads = nn.ModuleList(VocabParallelQHead(config, hidden_size, vocab_size) for _ in range(n))
         self.target_q_heads.load_state_dict(self.q_heads.state_dict())
         self.target_q_heads.requires_grad_(False)
+        # fp32 under half-precision training (rlkit_nemo.precision): at alpha 0.001 a Polyak
+        # step is smaller than bf16's spacing near the weights, so bf16 targets barely move
+        self.target_q_heads.keeps_fp32 = True
 
     def forward(self, hidden: torch.Tensor, states_ixs: torch.Tensor, actions_ixs: torch.Tensor):
         """hidden (B, T, H) -> (qs, target_qs, vs): Q heads (B, A, V / tp) at the actions,
@@ -110,7 +113,7 @@ class ILQLHeads(nn.Module):
         states, actions = gather_positions(hidden, states_ixs), gather_positions(hidden, actions_ixs)
         qs = tuple(q(actions) for q in self.q_heads)
         with torch.no_grad():
-            target_qs = tuple(q(actions) for q in self.target_q_heads)
+            target_qs = tuple(q(actions.to(q.out.weight.dtype)) for q in self.target_q_heads)
         return qs, target_qs, self.v_head(states)
 
     @torch.no_grad()
@@ -119,4 +122,4 @@ class ILQLHeads(nn.Module):
         alpha = self.alpha if alpha is None else alpha
         for target, q in zip(self.target_q_heads, self.q_heads):
             for tp, qp in zip(target.parameters(), q.parameters()):
-                tp.copy_(alpha * qp + (1 - alpha) * tp)
+                tp.copy_(alpha * qp.to(tp.dtype) + (1 - alpha) * tp)  # in the target's (fp32) precision
