@@ -165,7 +165,12 @@ class MegatronEngine:
 
         # through the half-precision wrapper when there is one (fp32 outputs, as in training)
         model = {id(self.module): self.half, id(self.ref): self.ref_half}.get(id(model), model)
-        return forward_outputs(model, kind, micro_batches, pipelined=self.pipeline_size > 1, autocast=self.autocast)
+        out = forward_outputs(model, kind, micro_batches, pipelined=self.pipeline_size > 1, autocast=self.autocast)
+        if kind == "logits" and out is not None:  # sampling: full, unpadded vocabulary
+            from rlkit_nemo.sampling import last_position
+
+            out["output"] = last_position(out["output"], self.vocab_size)
+        return out
 
     def _evaluating(self):
         was = self.module.training

@@ -7,7 +7,8 @@ and values the context keeps per layer (each TP rank its heads, each PP stage it
 the new token's hidden state passed stage to stage by the pipeline schedule). Without it
 (``use_cache=False``) every step reruns the whole sequence. Either way only the final
 position reaches the output layer: the last stage turns its vocab-parallel logits (B, V / tp)
-into full next-token logits (gathered over TP), steered by ILQL's heads when asked
+into full next-token logits (gathered over TP, the vocabulary's padding cut off, so a seeded
+draw is the same at every TP size), steered by ILQL's heads when asked
 (:func:`rlkit_methods.ilql.sampling.q_guided_logits`), and one rank samples; the token is then
 shared with the other ranks of the model replica, so every TP and PP rank holds the same
 sequences. Data-parallel ranks sample with their own seeds.
@@ -54,20 +55,33 @@ class ModelRunner:
         return output
 
 
-def next_token_logits(output: Any, last_tokens: torch.Tensor, guidance: Optional[QGuidance], top_k: int,
-                      temperature: float) -> torch.Tensor:
-    """(B, V) logits to sample from (top-k and temperature applied), from a last-stage output
-    at the final position ((B, 1, V / tp) logits, and the heads there)."""
+def last_position(output: Any, vocab_size: int) -> Any:
+    """A last-stage ``"logits"`` output, (B, 1, V / tp) logits and the heads there, as
+    :func:`next_token_logits` reads it: the logits and the target Qs gathered over TP and cut
+    to the real vocabulary, (B, V). Sampling from the padded width would change which token a
+    seeded ``torch.multinomial`` draws with the TP size (the padding depends on it); the
+    engine calls this before sampling. Collective over the TP group."""
     from rlkit_nemo.forwards import gather_vocab
 
     logits, heads = output if isinstance(output, tuple) else (output, None)
-    logits = gather_vocab(logits[:, -1])  # (B, V)
+    logits = gather_vocab(logits[:, -1])[:, :vocab_size]
+    if heads is None:
+        return logits
+    qs, target_qs, vs = heads
+    return logits, (qs, tuple(gather_vocab(tq[:, -1])[:, :vocab_size] for tq in target_qs), vs)
+
+
+def next_token_logits(output: Any, last_tokens: torch.Tensor, guidance: Optional[QGuidance], top_k: int,
+                      temperature: float) -> torch.Tensor:
+    """(B, V) logits to sample from (top-k and temperature applied), from a last-stage output
+    at the final position (:func:`last_position`: (B, V) logits, and the heads there)."""
+    logits, heads = output if isinstance(output, tuple) else (output, None)
     if guidance is None or heads is None:
         return topk_mask(logits / temperature, top_k)
-    _, target_qs, vs = heads  # Q and V at the final position
-    q = gather_vocab(target_qs[0][:, -1])
+    _, target_qs, vs = heads  # Q (B, V) and V (B, 1, 1) at the final position
+    q = target_qs[0]
     for tq in target_qs[1:]:
-        q = q.minimum(gather_vocab(tq[:, -1]))
+        q = q.minimum(tq)
     mask = None if guidance.logit_mask is None else torch.as_tensor(guidance.logit_mask, dtype=torch.bool)
     return q_guided_logits(logits, q, vs[:, -1].float(), beta=guidance.beta, top_k=top_k, temperature=temperature,
                            logit_mask=mask, last_tokens=last_tokens)

@@ -63,3 +63,11 @@ def test_forwards_run_in_micro_batches_and_equal_smaller_forwards(ranks, case):
         assert stage["micro_batch_size"] == 4
         assert stage["forward"]["rows"] == [4, 2]  # 6 rows: a micro-batch of 4, then the other 2
         assert stage["forward"]["max_diff"] < 1e-5
+
+
+@pytest.mark.parametrize("method", ["sft", "ilql"])
+def test_seeded_sampling_at_tp2_equals_tp1(ranks, method):
+    # the tiny YAML's vocabulary (384) is padded to 512 at TP=2 and not at all at TP=1 (the
+    # PP=2 layout); sampling from the unpadded logits draws the same tokens from the same seed
+    for mode in MODES:
+        assert ranks[0][f"tp2/{method}"][f"{mode}/cache"]["tokens"] == ranks[0][f"pp2/{method}"][f"{mode}/cache"]["tokens"], mode
