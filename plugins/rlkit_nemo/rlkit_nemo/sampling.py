@@ -65,8 +65,8 @@ def last_position(output: Any, vocab_size: int) -> Any:
 
     logits, heads = output if isinstance(output, tuple) else (output, None)
     logits = gather_vocab(logits[:, -1])[:, :vocab_size]
-    if heads is None:
-        return logits
+    if not isinstance(heads, tuple):  # no heads, or PPO's value head (sampling ignores it)
+        return logits if heads is None else (logits, heads)
     qs, target_qs, vs = heads
     return logits, (qs, tuple(gather_vocab(tq[:, -1])[:, :vocab_size] for tq in target_qs), vs)
 
