@@ -75,7 +75,12 @@ def model_source(yaml_model: dict, source: Any, vocab_size: int):
     from rlkit_nemo.nemo_checkpoint import is_nemo_checkpoint
 
     if source is None or source == "":
-        return dict(yaml_model), vocab_size, None, None
+        model = dict(yaml_model)
+        if model.get("layernorm_zero_centered_gamma") and not model.get("transformer_engine"):
+            # the local spec's norms hold w itself (initialised to 1, which is layernorm1p's 0):
+            # say so, or the export would be read back as layernorm1p, w + 1
+            model["layernorm_zero_centered_gamma"] = False
+        return model, vocab_size, None, None
     config = _hf_folder_config(source)
     if config is not None:  # read lazily: each rank its slice; HF first (an export folder holds both)
         return _keep_yaml(megatron_model_config(config), yaml_model), config.vocab_size, hf_source(source, config), config

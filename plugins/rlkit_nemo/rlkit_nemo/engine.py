@@ -69,6 +69,9 @@ class MegatronEngine:
             ps.destroy_model_parallel()  # an earlier engine in this process used other sizes
         if not ps.model_parallel_is_initialized():
             ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+        from rlkit_nemo.megatron_config import departures
+
+        self.departures = departures(self.megatron, config, pretrained_model)  # one warning line each
         self.tokenizer = load_tokenizer(config.tokenizer)
         self.source = pretrained_model if pretrained_model is not None else config.model.model_path
         precision = self.megatron["precision"]

@@ -252,3 +252,37 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None, qu
         ),
         "warnings": warnings,
     }
+
+
+def departures(megatron: Mapping[str, Any], config, pretrained_model: Any) -> list[str]:
+    """Where the NeMo engine does not do what trlX's NeMo trainers did with the same YAML, one
+    line each naming the key (logged once per process): the weights when ``pretrained_model``
+    is not given, the YAML's ``optim`` / ``sched`` and ``trainer.max_steps`` (the rlkit config's
+    optimizer, scheduler and ``train.total_steps`` rule), and a global batch that makes the
+    rollouts of a phase repeat within a pass."""
+    lines = []
+    path = getattr(config.model, "model_path", None)
+    if pretrained_model is None and path not in (None, ""):
+        lines.append("train.trainer_kwargs.pretrained_model: not given, so the weights are model.model_path's; trlX's NeMo "
+                     "trainers built the Megatron YAML's architecture here (set model.model_path to '' for that)")
+    optim, sched = megatron["optimizer"], megatron.get("scheduler")
+    rate = float(config.optimizer.kwargs.get("lr", 1e-3))
+    if optim["lr"] != rate or sched:
+        what = f"lr {optim['lr']:g}" + (f", {sched['name']} to {sched['min_lr']:g} over {sched['max_steps']} steps" if sched else "")
+        lines.append(f"megatron_cfg.model.optim: {what} is not used; the NeMo engine steps the rlkit config's optimizer "
+                     f"({config.optimizer.name}, lr {rate:g}) and scheduler ({config.scheduler.name}) and takes only "
+                     f"distributed_fused_adam (Megatron's distributed optimizer) from the YAML; copy what you need there")
+    max_steps, total = megatron["trainer"]["max_steps"], int(config.train.total_steps)
+    if max_steps > 0 and max_steps != total:
+        lines.append(f"megatron_cfg.trainer.max_steps: {max_steps} is not used; the run ends after train.total_steps ({total})")
+    rollouts, batch = getattr(config.method, "num_rollouts", None), megatron["data"]["global_batch_size"]
+    if rollouts and rollouts % batch:
+        repeated = -(-rollouts // batch) * batch - rollouts
+        lines.append(f"megatron_cfg.model.global_batch_size: {batch} items per optimizer step from {rollouts} rollouts per "
+                     f"phase (method.num_rollouts): {repeated} of them are used twice in every pass; make num_rollouts a "
+                     f"multiple of the global batch")
+    for line in lines:
+        if line not in _WARNED:
+            _WARNED.add(line)
+            log.warning(line)
+    return lines
