@@ -328,17 +328,19 @@ class MegatronEngine:
             torch.set_rng_state(box[0][2])
 
     def export(self, directory, *, merge_adapters: bool = False, _barrier: bool = True, nemo: bool = True, **kwargs) -> None:
-        """Written by the main process; every rank calls it (the shards are gathered first).
+        """Written by the main process; every rank calls it (the shards are gathered to the main
+        process alone, tensor by tensor).
         ``nemo``: NeMo 1's layout beside the HF files (``model_config.yaml``, ``model_weights.ckpt``
         or one ``mp_rank_XX`` per TP rank, each written by its rank; :mod:`rlkit_nemo.nemo_checkpoint`)."""
-        from rlkit_nemo.models.sharding import full_state_dict
+        from rlkit_nemo.models.sharding import main_state_dict
         from rlkit_nemo.nemo_checkpoint import save_nemo
 
         if _barrier:
             self.barrier()
-        full = full_state_dict(self.module)
+        full = main_state_dict(self.module, self.is_main_process)  # gathered once, on the main process only
         if self.is_main_process:
             state.export(Path(directory), full, self.hf_config, self.tokenizer)
+        del full
         if nemo:
             self.barrier()  # the main process made the folder
             save_nemo(directory, self.module, self.model_cfg, self.ps, is_main=self.is_main_process)

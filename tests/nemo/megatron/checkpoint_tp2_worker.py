@@ -35,7 +35,7 @@ from rlkit_nemo.build import build_model, model_source  # noqa: E402
 from rlkit_nemo.convert import megatron_to_hf  # noqa: E402
 from rlkit_nemo.megatron_config import translate  # noqa: E402
 from rlkit_nemo.models.gpt import causal_padding_mask  # noqa: E402
-from rlkit_nemo.models.sharding import _tensors, full_state_dict  # noqa: E402
+from rlkit_nemo.models.sharding import _tensors, full_state_dict, main_state_dict  # noqa: E402
 from rlkit_nemo.nemo_checkpoint import save_nemo  # noqa: E402
 
 from nemo_fixtures import trlx_llama_yaml_model, write_trlx_llama  # noqa: E402
@@ -112,7 +112,9 @@ def main(out):
     with torch.no_grad():
         expected = llama(input_ids=ids).logits
     full = full_state_dict(model)
+    main = main_state_dict(model, rank == 0)  # the export's gather: the main process alone
     results["llama3"] = {
+        "main_gather": same(main, full) if rank == 0 else main is None,
         "round_trip_exact": same(megatron_to_hf(full, llama.config), llama.state_dict()),
         "logits_max_diff": float((logits(model, ids) - expected).abs().max()),
     }
@@ -142,6 +144,7 @@ def main(out):
     save_nemo(out / "nemo_pp2", staged, staged_cfg, ps, is_main=rank == 0)
     dist.barrier()
     staged_full = full_state_dict(staged)
+    staged_main = main_state_dict(staged, rank == 0)
 
     layout(1)  # each rank alone: the TP=2 NeMo checkpoint merged per tensor, the PP=2 one per stage
     merged, _ = load(tiny_yaml_model(1), str(out / "nemo_tp2"), 64)
@@ -150,6 +153,7 @@ def main(out):
     results["pp2"] = {
         "files": sorted(str(p.relative_to(out / "nemo_pp2")) for p in (out / "nemo_pp2").rglob("*") if p.is_file()),
         "pp1_merge_exact": same(full_state_dict(unstaged), staged_full),
+        "main_gather": same(staged_main, staged_full) if rank == 0 else staged_main is None,
         "round_trip_exact": same(megatron_to_hf(staged_full, llama.config), llama.state_dict()),
         "logits_max_diff": float((logits(unstaged, ids) - expected).abs().max()),
     }

@@ -53,3 +53,9 @@ def test_nemo_layout_written_at_pp2_reloads_merged_at_pp1(ranks):
                               "tp_rank_00_pp_rank_001/model_weights.ckpt"]
         assert p["pp1_merge_exact"] is True and p["round_trip_exact"] is True
         assert p["logits_max_diff"] < 1e-4
+
+
+def test_the_export_gathers_the_model_on_the_main_process_alone(ranks):
+    # TP=2 (tensor by tensor to TP rank 0) and PP=2 (each stage's dict to the first stage)
+    for r in ranks:
+        assert r["llama3"]["main_gather"] is True and r["pp2"]["main_gather"] is True

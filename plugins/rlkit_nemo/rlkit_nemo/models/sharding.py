@@ -93,3 +93,48 @@ def full_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
     if TIED[0] in out and TIED[1] in out and torch.equal(out[TIED[0]], out[TIED[1]]):
         del out[TIED[0]]  # the last stage's copy of a tied embedding
     return out
+
+
+@torch.no_grad()
+def main_state_dict(model: nn.Module, main: bool):
+    """The TP=1, PP=1 state dict on the main process (global rank 0) alone, None elsewhere
+    (collective over the model replica of data-parallel rank 0; the other replicas, which hold
+    the same weights, return at once). Each tensor-parallel tensor is gathered to TP rank 0
+    one tensor at a time and each stage's dict sent to the first stage, so no rank but the
+    main one ever holds more than its shard and one tensor in flight."""
+    ps = parallel_state
+    if ps.get_data_parallel_rank() != 0:
+        return None
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    group = ps.get_tensor_model_parallel_group()
+    offset = _layer_offset(model)
+    out = {} if tp_rank == 0 else None
+    for name, local in _tensors(model).items():
+        value = local.detach()
+        if getattr(local, "tensor_model_parallel", False) and tp > 1:
+            parts = [torch.empty_like(value) for _ in range(tp)] if tp_rank == 0 else None
+            dist.gather(value.contiguous(), parts, dst=dist.get_global_rank(group, 0), group=group)
+            if tp_rank != 0:
+                continue
+            if _is_glu_fc1(model, name):
+                value = torch.cat([torch.cat([p.chunk(2)[half] for p in parts]) for half in (0, 1)])
+            else:
+                value = torch.cat(parts, dim=local.partition_dim)
+        if out is not None:
+            out[_renumber(name, offset)] = value.cpu()
+    if tp_rank != 0:
+        return None
+    pp = ps.get_pipeline_model_parallel_world_size()
+    if pp > 1:
+        pgroup = ps.get_pipeline_model_parallel_group()
+        first = dist.get_global_rank(pgroup, 0)
+        stages = [None] * pp if dist.get_rank() == first else None
+        dist.gather_object(out, stages, dst=first, group=pgroup)
+        if dist.get_rank() != first:
+            return None
+        out = {}
+        for stage in stages:
+            out.update(stage)
+    if TIED[0] in out and TIED[1] in out and torch.equal(out[TIED[0]], out[TIED[1]]):
+        del out[TIED[0]]
+    return out if main else None
