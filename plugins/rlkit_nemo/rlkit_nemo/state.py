@@ -38,6 +38,18 @@ def module_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor) and not k.endswith("_extra_state")}
 
 
+def host_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """This rank's tensors on the host for safetensors, without a second copy of the shard:
+    CPU tensors as they are, a copy only where two names share storage (safetensors refuses)."""
+    out, seen = {}, set()
+    for name, value in module_tensors(module).items():
+        value = value.detach().cpu().contiguous()
+        key = (value.untyped_storage().data_ptr(), value.storage_offset())
+        out[name] = value.clone() if key in seen else value
+        seen.add(key)
+    return out
+
+
 def _optimizers(optimizer) -> list:
     return list(getattr(optimizer, "chained_optimizers", [optimizer]))
 
@@ -78,8 +90,7 @@ def save(directory: Path, ps, module, optimizer, schedule, *, is_main: bool) -> 
         (directory / LAYOUT_FILE).write_text(json.dumps(layout(ps)))
         (directory / SCHEDULER_FILE).write_text(json.dumps(schedule.state_dict()))
     if ps.get_data_parallel_rank() == 0:
-        tensors = {k: v.detach().cpu().clone().contiguous() for k, v in module_tensors(module).items()}
-        save_file(tensors, str(directory / shard_file(ps)))
+        save_file(host_tensors(module), str(directory / shard_file(ps)))
     torch.save(optimizer_state(optimizer), directory / f"optimizer_rank{torch.distributed.get_rank()}.pt")
 
 

@@ -4,7 +4,7 @@ modes alternate, each run timed once, and the medians are compared. Prints one t
 
 A GPT-2-shaped model built from a config (random weights: the speed does not depend on them),
 the ByT5 byte tokenizer, the tiny Megatron YAML at the TP/PP asked for. Without a GPU it
-applies the CPU patches of tests/nemo/megatron/conftest.py first.
+turns on the plugin's CPU mode (rlkit_nemo.cpu) first.
 
     OMP_NUM_THREADS=1 python plugins/rlkit_nemo/scripts/kv_cache_bench.py [--new-tokens 64] [--batch 8] ...
     torchrun --nproc_per_node 2 plugins/rlkit_nemo/scripts/kv_cache_bench.py --tp 2
@@ -64,10 +64,9 @@ def main(argv=None) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        sys.path.insert(0, str(ROOT / "tests" / "nemo" / "megatron"))
-        from conftest import patch_for_cpu
+        from rlkit_nemo.cpu import enable  # the plugin's CPU mode (gloo)
 
-        patch_for_cpu()
+        enable()
     eng = engine(args)
     g = torch.Generator().manual_seed(args.seed)
     ids = torch.randint(2, eng.vocab_size, (args.batch, args.prompt_length), generator=g)

@@ -9,6 +9,7 @@ head and reference as well. The figure is the peak resident set (``VmHWM`` of
     python load_memory.py make DIR [--layers 36 --hidden 1280 --heads 20]  # a random GPT-2 (large) HF folder
     python load_memory.py compare DIR [--spec lm|ppo]                     # TP=1 then TP=2, a table
     torchrun --nproc_per_node N load_memory.py load DIR --tp N [--spec ...]  # one measurement (JSON per rank)
+    torchrun --nproc_per_node 2 load_memory.py load DIR --tp 2 --checkpoint all|main  # then a checkpoint's peak
 
 ``make`` writes the weights one block at a time into safetensors shards, so it never holds the
 whole model either. Run on a quiet machine; the figures depend on the allocator, not on time.
@@ -67,14 +68,51 @@ def make(folder: Path, layers: int, hidden: int, heads: int, vocab: int, positio
     print(f"{folder}: GPT-2, {layers} layers x {hidden}, about {params / 1e6:.0f}M parameters ({params * 4 / 2**30:.2f} GiB fp32)")
 
 
-def load(folder: Path, tp: int, spec_name: str, out: Path) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "nemo" / "megatron"))
+def checkpoint(policy, folder: Path, out: Path, gather: str) -> dict:
+    """The engine's checkpoint writes on a loaded model: this rank's shard (``state.save``),
+    then the ``hf_model`` export, gathered as the engine did before (``all``: every rank
+    all-gathers the full model) or does now (``main``: the main process alone). The peak is
+    reset first (/proc/self/clear_refs), so it is the checkpoint's own."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from safetensors.torch import save_file
+    from transformers import AutoConfig
+
+    from rlkit_nemo import state
+    from rlkit_nemo.models.sharding import full_state_dict, main_state_dict
+
+    hf_config = AutoConfig.from_pretrained(folder)
+    Path("/proc/self/clear_refs").write_text("5")
+    start = vm("VmRSS")
+    directory = out / f"ckpt_{gather}"
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = ({k: v.detach().cpu().clone().contiguous() for k, v in state.module_tensors(policy).items()}
+               if gather == "all" else state.host_tensors(policy))  # the shard as state.save wrote it before / now
+    save_file(tensors, str(directory / state.shard_file(ps)))
+    del tensors
+    main = dist.get_rank() == 0
+    full = full_state_dict(policy) if gather == "all" else main_state_dict(policy, main)
+    if main:
+        from rlkit_nemo.convert import megatron_to_hf
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_config(hf_config)
+        model.load_state_dict(megatron_to_hf({k: v for k, v in full.items() if not k.startswith("heads.")}, hf_config), strict=False)
+        model.save_pretrained(directory / "hf_model")
+        del model
+    del full
+    dist.barrier()
+    return {"gather": gather, "rss_before_checkpoint_mib": start, "checkpoint_peak_rss_mib": vm("VmHWM")}
+
+
+def load(folder: Path, tp: int, spec_name: str, out: Path, gather: str = "none") -> None:
     import torch
 
-    if not torch.cuda.is_available():  # megatron-core's few CUDA calls, on the CPU (the tests' patches)
-        from conftest import patch_for_cpu
+    if not torch.cuda.is_available():  # megatron-core's few CUDA calls, on the CPU (the plugin's CPU mode)
+        from rlkit_nemo.cpu import enable
 
-        patch_for_cpu()
+        enable()
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -97,6 +135,8 @@ def load(folder: Path, tp: int, spec_name: str, out: Path) -> None:
     local = sum(p.numel() * p.element_size() for p in policy.parameters()) // 2**20
     result = {"rank": dist.get_rank(), "tp": tp, "spec": spec_name, "rss_before_mib": before,
               "peak_rss_mib": vm("VmHWM"), "policy_params_mib": local}
+    if gather != "none":
+        result.update(checkpoint(policy, folder, out, gather))
     (out / f"mem_tp{tp}_rank{dist.get_rank()}.json").write_text(json.dumps(result))
     dist.barrier()
     ps.destroy_model_parallel()
@@ -135,6 +175,8 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--spec", choices=("lm", "ppo"), default="lm")
     parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--checkpoint", choices=("none", "all", "main"), default="none",
+                        help="then write a checkpoint, gathering as the engine did before (all) or does now (main)")
     parser.add_argument("--layers", type=int, default=36)
     parser.add_argument("--hidden", type=int, default=1280)
     parser.add_argument("--heads", type=int, default=20)
@@ -144,7 +186,7 @@ def main() -> None:
     if args.command == "make":
         make(args.folder, args.layers, args.hidden, args.heads, args.vocab, args.positions)
     elif args.command == "load":
-        load(args.folder, args.tp, args.spec, args.out)
+        load(args.folder, args.tp, args.spec, args.out, args.checkpoint)
     else:
         compare(args.folder, args.spec)
 

@@ -4,8 +4,8 @@ to NeMo's and the tiny CPU Megatron YAML at TP=1 and PP=1 (or ``--pp N`` under t
 N processes: the model split into N pipeline stages), one micro-batch of train.batch_size.
 Runs ILQL, then SFT, then PPO from the SFT model (and GRPO, RLOO from it when named), as
 `rlkit run` does (load_config + train_from_config, in this process), and prints each run's
-evaluations. Without a GPU it applies the CPU patches of tests/nemo/megatron/conftest.py
-first (megatron-core hard-codes CUDA in a few places).
+evaluations. Without a GPU it turns on the plugin's CPU mode (rlkit_nemo.cpu) first
+(megatron-core hard-codes CUDA in a few places).
 
     OMP_NUM_THREADS=1 python plugins/rlkit_nemo/scripts/randomwalks.py OUT [ilql] [sft] [ppo] [grpo] [rloo]
     OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 plugins/rlkit_nemo/scripts/randomwalks.py OUT ppo --pp 2
@@ -70,10 +70,9 @@ def main(out: Path, methods: list[str], pp: int = 1) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        sys.path.insert(0, str(ROOT / "tests" / "nemo" / "megatron"))
-        from conftest import patch_for_cpu
+        from rlkit_nemo.cpu import enable  # the plugin's CPU mode (gloo)
 
-        patch_for_cpu()
+        enable()
     out.mkdir(parents=True, exist_ok=True)
     for method in methods:
         evals = run(method, out, pp)
