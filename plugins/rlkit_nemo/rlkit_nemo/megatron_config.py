@@ -231,7 +231,8 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None, qu
             weight_decay=float(optim.get("weight_decay", 0.0)),
             adam_beta1=float(betas[0]), adam_beta2=float(betas[1]), adam_eps=float(optim.get("eps", 1e-8)),
             clip_grad=0.0 if cpu else float(trainer.get("gradient_clip_val", 1.0) or 0.0),
-            use_distributed_optimizer=opt_name == "distributed_fused_adam" and not cpu,
+            # on the CPU too where there is one data-parallel rank (gloo has no reduce-scatter)
+            use_distributed_optimizer=opt_name == "distributed_fused_adam" and (not cpu or dp == 1),
             bf16=half == "bfloat16", fp16=half == "float16", params_dtype=params_dtype,
             # fp16's dynamic loss scale (NeMo 1's native_amp_* keys; bf16 takes none)
             initial_loss_scale=float(model.get("native_amp_init_scale", 2**32)),

@@ -29,6 +29,7 @@ def test_the_dry_run_prints_one_guarded_json_line_per_phase(tmp_path):
     weights = {name.split("/")[1]: cell["weights"] for name, cell in cells.items()}
     assert weights == {"bf16_o2": "torch.bfloat16", "bf16_autocast": "torch.float32", "fp16_o2": "torch.float16"}
     saved = status["distributed_optimizer"]
+    assert saved["distributed_optimizer"] is True  # Megatron's, its shard of the fp32 main weights saved and loaded
     assert saved["weights_equal"] and saved["loss_continued"] == saved["loss_reloaded"]
     assert all(status["methods"][m]["steps"] == 2 and status["methods"][m]["weights"] == "torch.bfloat16"
                for m in ("ppo", "ilql", "sft"))
