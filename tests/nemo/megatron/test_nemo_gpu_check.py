@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "plugins" / "rlkit_nemo" / "scripts" / "gpu_check.sh"
 
 
+@pytest.mark.slow  # its methods phase trains PPO, ILQL and SFT (rlkit_core.testing.lanes)
 def test_the_dry_run_prints_one_guarded_json_line_per_phase(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", RLKIT_GPU_CHECK_FAIL="environment")
     result = subprocess.run(["bash", str(SCRIPT), "--cpu", str(tmp_path)], capture_output=True, text=True, env=env, timeout=900)

@@ -12,7 +12,7 @@ from rlkit_nemo.megatron_config import load_megatron_cfg
 
 import nemo_walks
 
-pytestmark = pytest.mark.usefixtures("megatron_cpu")
+pytestmark = [pytest.mark.usefixtures("megatron_cpu"), pytest.mark.slow]  # engine steps: training
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trlx_nemo_configs"
 TRLX_YAMLS = ("megatron_1.3b.yaml", "megatron_2b.yaml", "megatron_20b.yaml", "megatron_65b.yaml",
@@ -61,6 +61,7 @@ def nll(outputs, _batch):
 @pytest.mark.parametrize("name", TRLX_YAMLS)
 def test_each_trlx_yaml_trains_three_steps_in_bf16_o2(name, tmp_path):
     from megatron.core.optimizer import Float16OptimizerWithFloat16Params
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
     from megatron.core.transformer.module import Float16Module
 
     engine = engine_for(shrunk(name, megatron_amp_O2=True), tmp_path)  # the 65B and SFT YAMLs say O2 false
@@ -69,7 +70,8 @@ def test_each_trlx_yaml_trains_three_steps_in_bf16_o2(name, tmp_path):
     dtypes = {p.dtype for p in engine.module.parameters()}
     assert dtypes == {torch.bfloat16}, dtypes  # norms and embeddings too, as under Megatron's own training
     inner = getattr(engine.optimizer, "chained_optimizers", [engine.optimizer])
-    assert all(isinstance(opt, Float16OptimizerWithFloat16Params) for opt in inner)
+    # distributed_fused_adam: Megatron's distributed optimizer (one data-parallel rank here)
+    assert all(isinstance(opt, (Float16OptimizerWithFloat16Params, DistributedOptimizer)) for opt in inner)
     main = [p for group in engine.optimizer.param_groups for p in group["params"]]
     assert main and all(p.dtype == torch.float32 for p in main)
     items = batch(engine.vocab_size)

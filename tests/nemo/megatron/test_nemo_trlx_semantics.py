@@ -39,6 +39,7 @@ def test_agreeing_settings_say_nothing():
     assert departures(translate(raw, cpu=True, quiet=True), config.evolve(model=dict(model_path="x")), "x") == []
 
 
+@pytest.mark.slow  # an engine step before the export
 @pytest.mark.usefixtures("megatron_cpu")
 @pytest.mark.parametrize("name", TRLX_YAMLS)
 def test_a_model_built_from_a_trlx_yaml_reloads_from_its_export(name, tmp_path):
