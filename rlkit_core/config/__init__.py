@@ -15,7 +15,7 @@ from rlkit_core.config.checks import (
     positive,
 )
 from rlkit_core.config.converter import expand_shorthands
-from rlkit_core.config.overrides import deep_merge, parse_set, parse_sets, unflatten
+from rlkit_core.config.overrides import apply_sets, deep_merge, parse_set, parse_sets, unflatten
 from rlkit_core.config.schema import (
     ComponentConfig,
     DataConfig,
@@ -38,17 +38,20 @@ def load_config(
 ) -> TRLConfig:
     """Read a YAML config, apply overrides to the raw dict, then validate.
 
-    ``overrides`` is a mapping with dotted or nested keys, or ``--set`` strings ``"k=v"``.
+    ``overrides`` is a mapping with dotted or nested keys (deep-merged, as ``update``), or
+    ``--set`` strings: ``"k=v"`` (a mapping value replaces the node) and ``"~k"`` (delete it).
     """
     raw = read_yaml(path)
     if overrides:
-        if not isinstance(overrides, Mapping):
-            overrides = parse_sets(overrides)
-        raw = deep_merge(expand_shorthands(raw), unflatten(overrides))
+        if isinstance(overrides, Mapping):
+            raw = deep_merge(expand_shorthands(raw), unflatten(overrides))
+        else:
+            raw = apply_sets(raw, overrides)
     return TRLConfig.from_dict(raw, registry=registry)
 
 
 __all__ = [
+    "apply_sets",
     "ComponentConfig",
     "DataConfig",
     "MethodConfig",
