@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import os
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -31,13 +33,15 @@ log = logging.getLogger(__name__)
 _CHECKED: list[TRLConfig] = []  # configs `rlkit run` checked and is training now (train() skips them)
 
 
-def preflight(config: TRLConfig, registry: Any, hook: Any = None, warn: Callable[[str], None] | None = None) -> TRLConfig:
+def preflight(config: TRLConfig, registry: Any, hook: Any = None, warn: Callable[[str], None] | None = None,
+              source: str | os.PathLike | None = None) -> TRLConfig:
     """Every problem of :func:`check_config` as one :class:`ConfigError` (a line each), then each
     line of :func:`warnings_for` to ``warn`` (a logging warning by default); returns ``config``.
-    A config inside :func:`checked` was checked already and is returned unchecked."""
+    A config inside :func:`checked` was checked already and is returned unchecked. ``source``,
+    the YAML file the config came from, lets an error quote the file's ``# made by:`` command."""
     if any(config is seen for seen in _CHECKED):
         return config
-    problems = check_config(config, registry, hook)
+    problems = check_config(config, registry, hook, source=source)
     if problems:
         raise ConfigError(problems)
     for line in warnings_for(config):
@@ -56,9 +60,9 @@ def checked(config: TRLConfig) -> Iterator[TRLConfig]:
         _CHECKED.pop(next(i for i, seen in enumerate(_CHECKED) if seen is config))
 
 
-def check_config(config: TRLConfig, registry: Any, hook: Any = None) -> list[str]:
+def check_config(config: TRLConfig, registry: Any, hook: Any = None, *, source: str | os.PathLike | None = None) -> list[str]:
     """Every problem as one line ``<dotted.path>: <problem>``; [] when a run would start."""
-    errors = []
+    errors = missing_model_folder(config, source)
     errors += generation_lengths(config)
     errors += sizes(config)
     errors += trainer_matches_method(config, registry)
@@ -78,7 +82,7 @@ def check_config(config: TRLConfig, registry: Any, hook: Any = None) -> list[str
 
 def warnings_for(config: TRLConfig) -> list[str]:
     """Things a run will do that a user should know about, one line each."""
-    lines = missing_model_folder(config)
+    lines = []
     if config.model.trust_remote_code:
         lines.append(f"model.trust_remote_code: true runs Python code shipped with {config.model.model_path!r}; "
                      f"use it only with a model and tokenizer you trust")
@@ -90,14 +94,32 @@ def looks_like_a_folder(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") >= 2 or "\\" in name
 
 
-def missing_model_folder(config: TRLConfig) -> list[str]:
-    """A ``model.model_path`` folder that is not there (yet): a warning, since an earlier run,
-    e.g. the SFT example a PPO example starts from, may write it before this one starts."""
+def missing_model_folder(config: TRLConfig, source: str | os.PathLike | None = None) -> list[str]:
+    """A ``model.model_path`` folder that is not there: an error before anything loads, naming
+    the command that makes it when the config file says so (``model_path: ...  # made by: CMD``,
+    as the examples that start from another run's model do)."""
     path = config.model.model_path
     if not isinstance(path, str) or not looks_like_a_folder(path) or Path(path).expanduser().is_dir():
         return []
-    return [f"model.model_path {path!r}: no such folder; the run fails when it loads the model "
-            f"unless it is made first (the example configs name the command that makes theirs)"]
+    command = made_by(source, path)
+    fix = (f"make it first: {command}" if command else
+           "make it first (the run that writes it), or point model.model_path at a model folder or name")
+    return [f"model.model_path {path!r}: no such folder; {fix}"]
+
+
+def made_by(source: str | os.PathLike | None, model_path: str) -> str | None:
+    """The ``# made by: CMD`` comment on ``source``'s own ``model_path:`` line, if that line
+    still gives ``model_path`` (not replaced by ``--set``)."""
+    if source is None or not Path(source).is_file():
+        return None
+    for line in Path(source).read_text(errors="replace").splitlines():
+        found = _MADE_BY.match(line)
+        if found and found.group(1).strip("'\"") == model_path:
+            return found.group(2).strip()
+    return None
+
+
+_MADE_BY = re.compile(r"^\s*model_path:\s*(\S+)\s*#\s*made by:\s*(.+)$")
 
 
 def generation_lengths(config: TRLConfig) -> list[str]:

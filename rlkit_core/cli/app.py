@@ -72,7 +72,7 @@ def _load(config: Path, sets: Optional[List[str]], plugin_files: Optional[List[P
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_smollm2.yml"
 
 
-def _preflight(resolved):
+def _preflight(resolved, source=None):
     """What the run would refuse before loading a model (:mod:`rlkit_core.preflight`), and warnings."""
     from rlkit_core.plugins import get_host
     from rlkit_core.preflight import preflight
@@ -81,7 +81,7 @@ def _preflight(resolved):
         err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
     host = get_host()
-    return preflight(resolved, host.registry, host.hook, warn=warn)
+    return preflight(resolved, host.registry, host.hook, warn=warn, source=source)
 
 
 @app.command()
@@ -104,7 +104,7 @@ def run(
     from rlkit_core.preflight import checked
 
     show_rlkit_logs()  # e.g. "converting ... once": a first run is otherwise silent for a minute
-    with checked(_preflight(_load(config, set_, plugin))) as resolved:  # before its data is loaded
+    with checked(_preflight(_load(config, set_, plugin), config)) as resolved:  # before its data is loaded
         train_from_config(resolved)
 
 
@@ -177,7 +177,7 @@ def config_validate(
 
     resolved = _load(config, set_, plugin)
     check_names(resolved, get_host().registry)
-    _preflight(resolved)
+    _preflight(resolved, config)
     err_console.print(f"[green]ok[/]: {escape(str(config))} (method {resolved.method.name}, trainer {resolved.train.trainer})", highlight=False)
 
 

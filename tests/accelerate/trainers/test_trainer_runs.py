@@ -40,6 +40,17 @@ def test_trainer_runs_logs_and_checkpoints(method, tmp_path):
         assert rollouts and all(k in rollouts[0] for k in ("time/rollout_generate", "time/rollout_score", "time/rollout_forward", "tokens_per_second/generate"))
 
 
+def test_a_finished_run_exports_its_model_at_one_path_whatever_total_steps(tmp_path):
+    # the randomwalks PPO/GRPO/RLOO/RFT configs start from <sft checkpoint_dir>/hf_model: a shortened
+    # SFT run (total_steps not a multiple of checkpoint_interval) must write it too
+    trainer = run("sft", tmp_path, config_overrides=dict(train=dict(total_steps=3, checkpoint_interval=2)))
+    final = tmp_path / "ckpts" / "hf_model"
+    model = AutoModelForCausalLM.from_pretrained(final).state_dict()
+    last = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpts" / "checkpoint_3" / "hf_model").state_dict()
+    assert model.keys() == last.keys() and all(torch.equal(model[k], last[k]) for k in model)
+    assert trainer.iter_count == 3
+
+
 def test_sft_loss_falls(tmp_path):
     run("sft", tmp_path, config_overrides=dict(train=dict(total_steps=24)))
     losses = [r["loss"] for r in read_metrics(tmp_path / "ckpts" / "logs") if r["kind"] == "train"]

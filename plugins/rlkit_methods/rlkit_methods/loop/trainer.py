@@ -327,6 +327,8 @@ class RLTrainer:
         self.tracker.log(train_stats, self.iter_count)
         if self.iter_count % train.checkpoint_interval == 0 or last:
             self.save()
+        if last:  # the final model at one path whatever total_steps was: <checkpoint_dir>/hf_model
+            self.save_pretrained()
         self.hooks.rlkit_step_end(trainer=self, step=self.iter_count, metrics=stats, is_main_process=self.is_main_process)
         log_fn = self.callbacks.get("log") if hasattr(self, "callbacks") else None
         if log_fn is not None:
