@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import attrs
@@ -57,7 +58,7 @@ def train(
         if config is None:
             config = default_config(mode, registry)
         if model_path is not None:
-            config = attrs.evolve(config, model=attrs.evolve(config.model, model_path=model_path))
+            config = with_model_path(config, model_path)
         method = registry.get("method", config.method.name)
         if method.mode != mode:
             raise ConfigError(
@@ -95,6 +96,23 @@ def dispatch_mode(reward_fn: Any, samples: Any, rewards: Any) -> str:
     if samples is not None:
         return "offline" if rewards is not None else "supervised"
     raise ConfigError("train(): give reward_fn (online, e.g. PPO) or samples (offline ILQL with rewards, or SFT)")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
+
+
+def with_model_path(config: TRLConfig, model_path: Any) -> TRLConfig:
+    """``config`` training ``model_path``. A tokenizer that was the old model's own (the default
+    configs: both ``smollm2-135m``) becomes the new model's, as trlX's defaults paired them: a
+    model kept under another model's vocabulary trains on the wrong token ids without a word.
+    A folder without tokenizer files keeps the config's tokenizer."""
+    model = attrs.evolve(config.model, model_path=model_path)
+    tokenizer = config.tokenizer
+    follows = isinstance(model_path, (str, os.PathLike)) and tokenizer.tokenizer_path == config.model.model_path
+    folder = Path(os.fspath(model_path)).expanduser() if follows else None
+    if follows and (not folder.is_dir() or any((folder / name).is_file() for name in TOKENIZER_FILES)):
+        tokenizer = attrs.evolve(tokenizer, tokenizer_path=os.fspath(model_path))
+    return attrs.evolve(config, model=model, tokenizer=tokenizer)
 
 
 def default_config(mode: str, registry: Registry) -> TRLConfig:

@@ -30,6 +30,7 @@ from rlkit_accelerate.build import build_model, is_seq2seq
 from rlkit_accelerate.kernels import fuse_activations
 from rlkit_accelerate.forwards import ilql_forward, response_forward, tokens_forward
 from rlkit_accelerate.models.adapters import save_base_model, virtual_tokens
+from rlkit_accelerate.models.blocks import eval_mode
 from rlkit_accelerate.models.shared_prompts import generate_sharing_prompts
 from rlkit_accelerate.optim import make_optimizer, make_scheduler
 from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly, no_padding_warning
@@ -130,13 +131,8 @@ class AccelerateEngine:
         training the model is left training) with whole weights (ZeRO-3, FSDP), so that
         ranks running different numbers of forward passes need no collectives."""
         model = self.unwrapped_model
-        was_training = model.training
-        model.eval()
-        try:
-            with full_parameters(self.model):
-                yield model
-        finally:
-            model.train(was_training)
+        with eval_mode(model), full_parameters(self.model):
+            yield model
 
     @torch.no_grad()
     def generate(self, input_ids, attention_mask=None, *, guidance: QGuidance | None = None, **gen_kwargs) -> torch.Tensor:
@@ -174,8 +170,9 @@ class AccelerateEngine:
         """One optimizer step over ``items`` in micro-batches of ``train.minibatch_size``."""
         check_forward_kind(kind)
         acc = self.accelerator
-        if not self.model.training:  # evaluating() and the models' own toggles restore the whole tree
-            self.model.train()  # dropout on while learning (trlX trained in eval mode)
+        # dropout on while learning (trlX trained in eval mode), in every module: the top's flag
+        # says nothing of its submodules (a model from from_pretrained is in eval mode under it)
+        self.model.train()
         micro = split_microbatches(list(items), self.batch_sizes()[1])
         stats_sum: dict[str, float] = {}
         forward_time = backward_time = 0.0

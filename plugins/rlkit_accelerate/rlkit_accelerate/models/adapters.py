@@ -40,16 +40,23 @@ def make_peft_config(peft_config: Any, task_type: str = "CAUSAL_LM", prompt_lear
         config = peft_config
     elif isinstance(peft_config, dict):
         fields = dict(peft_config)
-        kind = str(fields.get("peft_type", "")).upper()
+        # a peft.PeftType / TaskType member is its value (str() of one is 'PeftType.LORA')
+        kind = str(getattr(fields.get("peft_type"), "value", fields.get("peft_type", ""))).upper()
         known = sorted(t.value for t in peft.PeftType)
         if kind not in known:
             raise ConfigError(f"model.peft_config.peft_type: unknown peft type {fields.get('peft_type')!r}; choose one of {', '.join(known)}")
         fields["peft_type"] = kind
-        fields.setdefault("task_type", task_type)
+        task = fields.setdefault("task_type", task_type)
+        if task is not None:
+            fields["task_type"] = str(getattr(task, "value", task)).upper()
+            tasks = [t.value for t in peft.TaskType]
+            if fields["task_type"] not in tasks:
+                raise ConfigError(f"model.peft_config.task_type: unknown task type {task!r}; choose one of {', '.join(tasks)}")
         try:
             config = peft.get_peft_config(fields)
-        except TypeError as exc:
-            raise ConfigError(f"model.peft_config: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"model.peft_config: {first}") from None
     else:
         raise ConfigError(f"model.peft_config: expected a mapping or a peft config, got {type(peft_config).__name__}")
     kind = peft_type(config)

@@ -27,6 +27,7 @@ __all__ = [
     "DecoderLayout",
     "capture_block_input",
     "capture_head_input",
+    "eval_mode",
     "find_decoder_blocks",
     "find_layout",
     "position_ids_from_mask",  # re-exported: positions follow the real tokens under left padding
@@ -99,6 +100,20 @@ def _dummy_ids(model: nn.Module) -> torch.Tensor:
     return torch.arange(min(4, vocab), device=device).unsqueeze(0)  # [1, 4]
 
 
+@contextmanager
+def eval_mode(module: nn.Module) -> Iterator[nn.Module]:
+    """``module`` in eval mode for the block; then every submodule gets its own flag back. A
+    PeftModel reports ``training=True`` at its top over submodules in eval mode (loaded with
+    ``from_pretrained``), so ``module.train(was_training)`` switched all their dropout on."""
+    flags = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield module
+    finally:
+        for m, training in flags:
+            m.training = training
+
+
 @torch.no_grad()
 def find_layout(model: nn.Module) -> DecoderLayout:
     """Locate blocks, post-block modules and LM head, and check that running them in pieces
@@ -131,14 +146,12 @@ def find_layout(model: nn.Module) -> DecoderLayout:
 
     handles = [m.register_forward_pre_hook(on_candidate(n)) for n, m in candidates]
     handles.append(blocks[-1].register_forward_hook(on_last_block))
-    was_training = model.training
-    model.eval()  # no dropout: the check below compares exactly
     try:
-        ids = _dummy_ids(model)
-        # the mask says these ids are all real tokens (a pad id among them made transformers warn)
-        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+        with eval_mode(model):  # no dropout: the check below compares exactly
+            ids = _dummy_ids(model)
+            # the mask says these ids are all real tokens (a pad id among them made transformers warn)
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
     finally:
-        model.train(was_training)
         for handle in handles:
             handle.remove()
     if "<last block>" not in events:
@@ -148,7 +161,8 @@ def find_layout(model: nn.Module) -> DecoderLayout:
     by_name = dict(candidates)
     post_names = list(dict.fromkeys(after))  # first calls, in call order
     layout = DecoderLayout(blocks, blocks_name, [by_name[n] for n in post_names], post_names, lm_head)
-    rebuilt = lm_head(run_post(layout.post, captured["hidden"]))
+    with eval_mode(model):
+        rebuilt = lm_head(run_post(layout.post, captured["hidden"]))
     if not torch.equal(rebuilt, logits):
         raise RlkitError(
             f"{type(model).__name__}: logits are not lm_head(final norm(last block)); "

@@ -32,6 +32,7 @@ from torch import nn
 from rlkit_core.errors import ConfigError
 from rlkit_accelerate.models.blocks import (
     BranchInput,
+    eval_mode,
     find_layout,
     position_ids_from_mask,
     run_blocks,
@@ -288,14 +289,10 @@ class CausalLMWithValueHead(nn.Module):
         if position_ids is None and attention_mask is not None:
             position_ids = position_ids_from_mask(attention_mask)
         if self.uses_adapters:
-            was_training = self.base_model.training
-            self.base_model.eval()  # a fixed target: never dropout
-            try:
-                with self.base_model.disable_adapter():
-                    logits = self.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
-                    return _last(logits, keep)
-            finally:
-                self.base_model.train(was_training)
+            # a fixed target: never dropout
+            with eval_mode(self.base_model), self.base_model.disable_adapter():
+                logits = self.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
+                return _last(logits, keep)
         if self.num_layers_unfrozen < 0:
             if input_ids is None:
                 raise ValueError("num_layers_unfrozen=-1: the reference is a separate model; pass input_ids")

@@ -31,6 +31,7 @@ from rlkit_accelerate.models.blocks import (
     BranchInput,
     DecoderLayout,
     capture_block_input,
+    eval_mode,
     find_decoder_blocks,
     run_blocks,
     run_post,
@@ -134,25 +135,23 @@ def find_seq2seq_layout(model: nn.Module) -> Seq2SeqLayout:
     handles.append(blocks[-1].register_forward_hook(on_last_block))
     vocab = base.get_input_embeddings().weight.shape[0]
     ids = torch.arange(min(4, vocab), device=lm_head.weight.device).unsqueeze(0)  # [1, 4]
-    was_training = base.training
-    base.eval()  # no dropout: the check below compares exactly
     try:
-        logits = base(input_ids=ids, decoder_input_ids=ids, use_cache=False).logits
-        for handle in handles:
-            handle.remove()
-        after = events[events.index("<last block>") + 1 :] if "<last block>" in events else []
-        by_name = dict(candidates)
-        post_names = list(dict.fromkeys(after))
-        post: list[nn.Module] = [by_name[n] for n in post_names]
-        if not post:
-            raise RlkitError(f"{type(base).__name__}: no final norm found after the decoder's blocks")
-        if not torch.equal(lm_head(run_post(post, captured["hidden"])), logits):
-            post.append(OutputScale(config.d_model**-0.5))  # T5 with a tied head
-            post_names.append("<output scale>")
+        with eval_mode(base):  # no dropout: the checks below compare exactly
+            logits = base(input_ids=ids, decoder_input_ids=ids, use_cache=False).logits
+            for handle in handles:
+                handle.remove()
+            after = events[events.index("<last block>") + 1 :] if "<last block>" in events else []
+            by_name = dict(candidates)
+            post_names = list(dict.fromkeys(after))
+            post: list[nn.Module] = [by_name[n] for n in post_names]
+            if not post:
+                raise RlkitError(f"{type(base).__name__}: no final norm found after the decoder's blocks")
             if not torch.equal(lm_head(run_post(post, captured["hidden"])), logits):
-                raise RlkitError(f"{type(base).__name__}: logits are not lm_head(final norm(last decoder block))")
+                post.append(OutputScale(config.d_model**-0.5))  # T5 with a tied head
+                post_names.append("<output scale>")
+                if not torch.equal(lm_head(run_post(post, captured["hidden"])), logits):
+                    raise RlkitError(f"{type(base).__name__}: logits are not lm_head(final norm(last decoder block))")
     finally:
-        base.train(was_training)
         for handle in handles:
             handle.remove()
     start = config.decoder_start_token_id
@@ -262,13 +261,8 @@ class Seq2SeqLMWithValueHead(nn.Module):
                           decoder_attention_mask=decoder_mask, use_cache=False)
             if self.reference is not None:
                 return self.reference(**inputs).logits
-            was_training = self.base_model.training
-            self.base_model.eval()
-            try:
-                with self.base_model.disable_adapter():
-                    return self.base_model(**inputs).logits
-            finally:
-                self.base_model.train(was_training)
+            with eval_mode(self.base_model), self.base_model.disable_adapter():
+                return self.base_model(**inputs).logits
         if trunk is None:
             trunk = self.forward_trunk(input_ids, attention_mask, response_ids, response_mask)
         return self.reference(trunk.hidden, trunk)

@@ -70,7 +70,9 @@ class TrlxWrapper:
 
             trained = peft.PeftConfig.from_pretrained(os.fspath(path))
             base = load_lm(trained.base_model_name_or_path, cls._arch, **rest)
-            base = peft.PeftModel.from_pretrained(base, os.fspath(path), is_trainable=True)
+            # trainable adapters, in eval mode as transformers loads a model (peft makes its
+            # lora_dropout training, so a reloaded adapter gave other logits each call)
+            base = peft.PeftModel.from_pretrained(base, os.fspath(path), is_trainable=True).eval()
         else:
             base = apply_peft(load_lm(path, cls._arch, **rest), peft_config, cls._task_type())
         model = cls(base, **wrapped)

@@ -20,7 +20,7 @@ import torch
 from transformers.utils import ModelOutput
 
 from rlkit_accelerate.models.adapters import apply_peft, is_peft_model
-from rlkit_accelerate.models.blocks import capture_head_input, position_ids_from_mask, run_blocks, run_post
+from rlkit_accelerate.models.blocks import capture_head_input, eval_mode, position_ids_from_mask, run_blocks, run_post
 from rlkit_accelerate.models.cache_name import CACHE_FIELD, RENAMED, output_cache
 from rlkit_accelerate.models.heads import hydra_reference
 from rlkit_accelerate.models.policy import CausalLMWithValueHead
@@ -103,13 +103,8 @@ class _ValueHeadAPI(TrlxWrapper):
         """The reference without a hydra branch: the frozen copy of the whole model, or the
         model with its adapters off; in eval mode, as a fixed target is."""
         net = self.base_model if self.uses_adapters else self.reference
-        was_training = net.training
-        net.eval()
-        try:
-            with self._adapters_off(True):
-                return net(**inputs, use_cache=False, output_hidden_states=True, return_dict=True)
-        finally:
-            net.train(was_training)
+        with eval_mode(net), self._adapters_off(True):
+            return net(**inputs, use_cache=False, output_hidden_states=True, return_dict=True)
 
     def _reference_states(self, trunk: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """Logits of the hydra reference from ``hidden`` at its branch point, and the hidden
