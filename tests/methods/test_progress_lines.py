@@ -124,3 +124,41 @@ def test_a_terminal_gets_the_rich_bar(monkeypatch):
         assert isinstance(bar, reporting._Bar) and bar.progress is not None
         bar.update(1, {"reward/mean": 0.5})
         assert bar.progress.tasks[0].completed == 1
+
+
+def test_the_terminal_bar_shows_rate_and_eta(monkeypatch):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    monkeypatch.setattr(reporting.sys, "stderr", tty)
+    monkeypatch.setattr(reporting, "console", reporting.Console(file=tty, force_terminal=True, width=160))
+    with progress(3, 0, enabled=True) as bar:
+        for step in (1, 2):
+            bar.update(step, {"reward/mean": 0.5})
+        bar.progress.refresh()
+    shown = tty.getvalue()
+    assert "ETA" in shown and re.search(r"\d+\.\d+ (steps/s|s/step)|\? steps/s", shown), shown
+    assert reporting._rate(4.0) == "4.00 steps/s" and reporting._rate(0.25) == "4.0 s/step"
+
+
+def test_phases_before_learn_get_a_log_line_each():
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("rlkit_methods.loop.reporting")
+    logger.addHandler(handler)
+    old = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        reporting.BeforeLearn(True).show_phase("rollout")
+        reporting.BeforeLearn(True).show_phase("eval", 0)
+        reporting.BeforeLearn(False).show_phase("eval", 0)  # other processes say nothing
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+    assert [r.getMessage() for r in records] == ["making rollouts (generate, then score) ...",
+                                                 "evaluating the eval prompts at step 0 ..."]

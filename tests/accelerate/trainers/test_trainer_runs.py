@@ -104,3 +104,23 @@ def test_best_of_n_rollouts_are_refused_not_ignored(tmp_path):
 
     with pytest.raises(ConfigError, match="method.num_topk_samples"):
         run("ppo", tmp_path, config_overrides=dict(method=dict(num_topk_samples=4)))
+
+
+def test_a_first_run_says_what_it_does_before_the_progress_display_starts(tmp_path):
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("rlkit_methods")
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        run("ppo", tmp_path, config_overrides=dict(train=dict(total_steps=1)))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+    said = [m for m in records if m.endswith(" ...")]
+    assert said[:3] == ["building a new gpt2 model from its config (AccelerateEngine) ...", "making rollouts (generate, then score) ...",
+                        "evaluating the eval prompts at step 0 ..."], records

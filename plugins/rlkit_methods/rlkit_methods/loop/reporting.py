@@ -3,6 +3,7 @@ samples, and progress: a bar on a terminal, plain lines elsewhere (a log file, C
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -15,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 console = Console(stderr=True)
+log = logging.getLogger(__name__)
 
 
 def _fmt(value: Any) -> str:
@@ -53,6 +55,36 @@ class _Bar:
             return
         text = " | ".join([phase] + [f"{k} {v}" for k, v in self.latest.items()])
         self.progress.update(self.task, description=text, **({"completed": step} if step is not None else {}))
+
+
+class BeforeLearn:
+    """The phases before ``learn`` opens the progress display (the first rollouts, evaluation
+    0): one log line as each starts, so a first run is not silent for minutes. Same methods as
+    the bar; only ``show_phase`` says anything."""
+
+    PHASES = {"rollout": "making rollouts (generate, then score)", "eval": "evaluating the eval prompts"}
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def remember(self, stats: dict[str, Any]) -> None:
+        pass
+
+    def update(self, step: int, stats: dict[str, Any]) -> None:
+        pass
+
+    def show_phase(self, phase: str, step: int | None = None) -> None:
+        if self.enabled:
+            at = f" at step {step}" if step is not None else ""
+            log.info("%s%s ...", self.PHASES.get(phase, phase), at)
+
+
+def describe_model(model_path: Any) -> str:
+    """``loading the model 'smollm2-135m'``, or ``building a new gpt2 model from its config``."""
+    if isinstance(model_path, (str, os.PathLike)):
+        return f"loading the model {os.fspath(model_path)!r}"
+    kind = model_path.get("model_type") if isinstance(model_path, dict) else getattr(model_path, "model_type", None)
+    return f"building a new {kind or type(model_path).__name__} model from its config"
 
 
 def _clock(seconds: float) -> str:
@@ -158,11 +190,31 @@ def progress(total: int, completed: int, *, enabled: bool, stats: dict[str, Any]
         finally:
             lines.stop()
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _rate_column(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=console) as bar:
         task = bar.add_task("training", total=total, completed=completed)
         shown = _Bar(bar, task)
         shown.remember(stats or {})
         shown.show_phase("start")
         yield shown
+
+
+def _rate(speed: float | None) -> str:
+    """Steps per second, or seconds per step when a step takes longer than one."""
+    if not speed:
+        return "? steps/s"
+    return f"{speed:.2f} steps/s" if speed >= 1 else f"{1 / speed:.1f} s/step"
+
+
+def _rate_column():
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task) -> Text:
+            return Text(_rate(task.speed))
+
+    return RateColumn()

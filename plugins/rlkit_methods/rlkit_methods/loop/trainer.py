@@ -41,7 +41,7 @@ from rlkit_methods.loop.checkpoint import (
     write_errors,
 )
 from rlkit_methods.loop.metrics_log import MetricsLog
-from rlkit_methods.loop.reporting import print_samples, progress
+from rlkit_methods.loop.reporting import BeforeLearn, describe_model, print_samples, progress
 from rlkit_methods.loop.resume import check_resume_config, finished_message, steps_left
 from rlkit_methods.loop.rundir import claim
 from rlkit_methods.loop.signals import stop_on_signals
@@ -70,6 +70,8 @@ class RLTrainer:
         train = config.train
         self.checkpoint_dir = Path(train.checkpoint_dir)
         self.logging_dir = Path(train.logging_dir) if train.logging_dir else self.checkpoint_dir / "logs"
+        if self.is_main_process:  # a first run converts or loads a model for a while: say so
+            log.info("%s (%s) ...", describe_model(config.model.model_path), type(self.engine).__name__)
         self.engine.build(self.model_spec())  # a config the engine refuses leaves no folder behind
         self.run_dir = self.claim_run_dir()  # before the metrics log, which starts a new run's file
         self.tracker = Tracker(config, self.logging_dir, enabled=self.is_main_process)
@@ -81,7 +83,7 @@ class RLTrainer:
         self.nth_evaluation = 0
         self.position = (0, 0, 0)  # (epoch, inner epoch, next batch)
         self.best_score = -math.inf
-        self.progress_bar = None  # set while learn() runs; shows the phase
+        self.progress_bar = BeforeLearn(self.is_main_process)  # the bar while learn() runs; shows the phase
 
     def claim_run_dir(self):
         """Lock the checkpoint folder for this run; another run's files there are refused in
@@ -265,7 +267,7 @@ class RLTrainer:
                 self.progress_bar = bar
                 return self._loop(bar) or results
         finally:
-            self.progress_bar = None
+            self.progress_bar = BeforeLearn(self.is_main_process)
             self.tracker.finish()
             self.run_dir.release()
 
