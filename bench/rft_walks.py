@@ -1,7 +1,7 @@
 """RFT on randomwalks: rlkit's examples/randomwalks/rft_randomwalks.yml next to trlX's own
 examples/randomwalks/rft_randomwalks.py, at the same settings, from the same SFT model.
 
-    python bench/rft_walks.py --sft-model DIR [--steps 60] [--trlx-src /work/peers/trlx] [--out DIR]
+    python bench/rft_walks.py --sft-model DIR [--steps 60] [--trlx-src TRLX_CHECKOUT] [--out DIR]
 
 trlX's script runs unchanged through its ``main(hparams)``: the hparams point it at the SFT
 model folder, a folder holding rlkit's 23-token randomwalks tokenizer, a temporary
@@ -99,7 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sft-model", required=True, help="the SFT model folder (sft_randomwalks.yml's hf_model)")
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--trlx-src", default=os.environ.get("RLKIT_TRLX_SRC", "/work/peers/trlx"))
+    parser.add_argument("--trlx-src", default=None, help="a trlX checkout (default: $RLKIT_TRLX_SRC)")
     parser.add_argument("--out", default=None, help="folder for results (default: a temporary folder)")
     parser.add_argument("--side", choices=["rlkit", "trlx"], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -114,6 +114,12 @@ def main() -> None:
     if not trlx_python.exists():
         raise SystemExit(f"{trlx_python}: no trlX venv; make it with bench/run.py's randomwalks cases (trlx_peer.py)")
     from rlkit_methods.data.tokenizers import randomwalks_vocab
+    from trlx_peer import PeerError, trlx_source
+
+    try:
+        args.trlx_src = str(trlx_source(args.trlx_src))
+    except PeerError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
     env = dict(os.environ, OMP_NUM_THREADS="1")
     common = ["--sft-model", str(Path(args.sft_model).resolve()), "--steps", str(args.steps), "--work", work,

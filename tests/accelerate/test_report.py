@@ -108,3 +108,11 @@ def test_rlkit_report_exit_codes(ppo_run, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no metrics.jsonl here or in logs/" in err and len(err.strip().splitlines()) == 1
     assert main(["report"]) == 2  # RUN_DIR is required
+
+
+def test_rlkit_report_plot_elsewhere_leaves_the_run_folder_alone(ppo_run, tmp_path, capsys):
+    # the README redraws the committed docs/images/ppo_smollm2 logs without writing into the checkout
+    before = sorted(p.relative_to(ppo_run) for p in ppo_run.rglob("*"))
+    assert main(["report", str(ppo_run), "--plot", str(tmp_path / "elsewhere.png")]) == 0
+    assert (tmp_path / "elsewhere.png").stat().st_size > 0
+    assert sorted(p.relative_to(ppo_run) for p in ppo_run.rglob("*")) == before

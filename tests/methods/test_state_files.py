@@ -13,23 +13,23 @@ from rlkit_core.errors import RlkitError
 from rlkit_methods.loop.checkpoint import rng_state as rng_state_from_checkpoint
 from rlkit_methods.loop.state import read_state, rng_state, set_rng_state, write_state
 
-MARK = Path("/tmp/rlkit-test-pwned")
-
-
 class Boom:
+    def __init__(self, mark: Path) -> None:
+        self.mark = mark  # under the test's own tmp_path: two runs at once do not share it
+
     def __reduce__(self):
-        return (os.system, (f"touch {MARK}",))
+        return (os.system, (f"touch {self.mark}",))
 
 
 def test_a_state_file_holding_code_is_refused_naming_it(tmp_path):
-    MARK.unlink(missing_ok=True)
+    mark = tmp_path / "pwned"
     path = tmp_path / "loop_state_0.pt"
-    torch.save({"iter_count": 3, "evil": Boom()}, path)
+    torch.save({"iter_count": 3, "evil": Boom(mark)}, path)
     with pytest.raises(RlkitError) as error:
         read_state(path)
     message = str(error.value)
     assert message.startswith(f"{path}: refused") and len(message.splitlines()) == 1
-    assert not MARK.exists()  # nothing ran
+    assert not mark.exists()  # nothing ran
 
 
 def test_a_truncated_state_file_is_named(tmp_path):

@@ -15,10 +15,14 @@ SFT = ROOT / "examples" / "randomwalks" / "sft_randomwalks.yml"
 
 
 class Boom:
-    """A pickle that runs code when loaded."""
+    """A pickle that runs code when loaded: it writes the file ``mark``, so that runs at the
+    same time each look at their own."""
+
+    def __init__(self, mark: Path) -> None:
+        self.mark = mark
 
     def __reduce__(self):
-        return (os.system, ("echo pwned > /tmp/rlkit-probe-pwned",))
+        return (os.system, (f"echo pwned > {self.mark}",))
 
 
 def file_cases(tmp: Path) -> list[tuple[str, object]]:
@@ -63,9 +67,9 @@ def file_cases(tmp: Path) -> list[tuple[str, object]]:
         from rlkit_methods.loop.state import read_state
 
         path = tmp / "trainer_state_0.pt"
-        torch.save({"iter_count": 3, "evil": Boom()}, path)
+        torch.save({"iter_count": 3, "evil": Boom(tmp / "pwned")}, path)
         read_state(path)
-        if Path("/tmp/rlkit-probe-pwned").exists():
+        if (tmp / "pwned").exists():
             raise AssertionError("code ran")  # turned into "unclear" below; never expected
 
     add("malicious pickle in a trainer state file", refuse_call(malicious_state, "trainer_state_0.pt"))
@@ -73,10 +77,10 @@ def file_cases(tmp: Path) -> list[tuple[str, object]]:
     def malicious_engine_file(name: str, file: str):
         def run():  # what accelerate's load_state does: weights_only=True, the file not named
             folder = checkpoint(name)
-            torch.save({"state": {}, "evil": Boom()}, folder / file)
+            torch.save({"state": {}, "evil": Boom(tmp / "pwned")}, folder / file)
             with read_errors(folder):
                 torch.load(folder / file, weights_only=True)
-            if Path("/tmp/rlkit-probe-pwned").exists():
+            if (tmp / "pwned").exists():
                 raise AssertionError("code ran")
         return refuse_call(run, f"{file}: refused")
 

@@ -84,7 +84,7 @@ def run_cases(tmp: Path) -> list[tuple[str, object]]:
             path = folder / "checkpoint_4" / "accelerate" / "optimizer.bin"
             damage(path)
             code, lines = rlkit_run(folder, f"train.resume_from_checkpoint={folder / 'checkpoint_4'}", steps=6)
-            if Path("/tmp/rlkit-probe-pwned").exists():
+            if (tmp / "pwned").exists():
                 return "data-lost", "the planted pickle ran"
             return refused(code, lines, "optimizer.bin") or ("silent-wrong", "resumed from a damaged checkpoint")
         return probe
@@ -97,7 +97,7 @@ def run_cases(tmp: Path) -> list[tuple[str, object]]:
 
         from cases_files import Boom
 
-        torch.save({"state": {}, "evil": Boom()}, path)
+        torch.save({"state": {}, "evil": Boom(tmp / "pwned")}, path)
 
     def two_runs_at_once():
         folder = tmp / "runs" / "together"

@@ -120,11 +120,13 @@ def rlkit_register_commands(app):
     import typer
 
     @app.command("report")
-    def report_command(run_dir: Path = typer.Argument(..., help="A run's checkpoint_dir (or its logs folder).")):
+    def report_command(run_dir: Path = typer.Argument(..., help="A run's checkpoint_dir (or its logs folder)."),
+                       plot_to: Path = typer.Option(None, "--plot", metavar="FILE",
+                                                    help="Where to write the plot (default: report.png in the run's folder).")):
         """Print a run's report (before/after samples, reward, time per phase) and write report.png."""
         from rlkit_methods.loop.report import report
 
-        report(run_dir)
+        report(run_dir, plot_to=plot_to)
 
 
 @hookimpl

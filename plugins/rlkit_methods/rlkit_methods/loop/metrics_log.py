@@ -2,7 +2,7 @@
 
 One JSON record per line, ``{"step": n, "kind": "train" | "eval" | "rollout", ...metrics}``,
 in ``train.logging_dir`` (default: ``<checkpoint_dir>/logs``). Only the main process writes.
-``train.tracker`` adds TensorBoard or Weights & Biases through accelerate.
+``train.tracker`` adds TensorBoard or Weights & Biases (:mod:`.tracking`, with their own packages).
 
 NaN and infinities are written as the strings ``"nan"``, ``"inf"`` and ``"-inf"`` (plain JSON
 has no such numbers) and read back as floats. A last line cut short (a run killed while

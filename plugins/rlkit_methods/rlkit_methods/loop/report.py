@@ -278,12 +278,13 @@ def _title(info: dict[str, Any]) -> str:
     return f"{run_name(info)}: {info['score']} {_fmt(info['before'], '.3f')} -> {_fmt(info['after'], '.3f')} in {info['steps']} steps"
 
 
-def report(run_dir: str | Path, console: Console | None = None, *, checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
-    """Print the report of a run and write ``report.png`` into its folder (:func:`run_folder`);
-    the end of a run passes its ``checkpoint_dir``, where its config is."""
+def report(run_dir: str | Path, console: Console | None = None, *, checkpoint_dir: str | Path | None = None,
+           plot_to: str | Path | None = None) -> dict[str, Any]:
+    """Print the report of a run and write ``report.png`` into its folder (:func:`run_folder`),
+    or to ``plot_to``; the end of a run passes its ``checkpoint_dir``, where its config is."""
     info = summary(run_dir, checkpoint_dir=checkpoint_dir)
     try:
-        info["plot"] = plot(info, run_folder(info["logs"], checkpoint_dir) / "report.png")
+        info["plot"] = plot(info, Path(plot_to) if plot_to else run_folder(info["logs"], checkpoint_dir) / "report.png")
     except (ValueError, OverflowError, OSError) as exc:  # the text report matters more than the picture
         info["plot"] = f"not drawn ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})"
     print_report(info, console)
