@@ -37,7 +37,10 @@ def resolve_component(component: ComponentConfig, kind: str, registry: Registry,
 
 
 def load_source(source: SourceConfig, registry: Registry, path: str) -> list[Any]:
-    """Prompts or samples from a registered source pipeline, or from a file via ``file``."""
+    """Prompts or samples from a registered source pipeline, from a file via ``file``, or the
+    config's own ``items``."""
+    if source.items is not None:
+        return list(source.items)
     kwargs = dict(source.kwargs)
     if source.path is not None:
         if not Path(source.path).is_file():

@@ -124,6 +124,8 @@ def _suggest(key: str, valid: list[str]) -> str:
 def _shorthand(cls: type, value: Any) -> Any:
     if isinstance(value, str) and cls is SourceConfig:
         return {"path": value} if value.lower().endswith(FILE_SUFFIXES) else {"pipeline": value}
+    if isinstance(value, list) and cls is SourceConfig:
+        return {"items": value}
     if isinstance(value, str) and cls is ComponentConfig:
         return {"function": value} if ":" in value else {"name": value}
     return value

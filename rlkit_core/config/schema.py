@@ -111,18 +111,24 @@ class SchedulerConfig:
 
 @attrs.define
 class SourceConfig:
-    """Where prompts or samples come from: a registered source pipeline or a file.
+    """Where prompts or samples come from: a registered source pipeline, a file, or the items
+    themselves.
 
     In YAML a plain string is a shorthand: ``prompts.txt`` (a path ending in .jsonl, .csv or
-    .txt) or ``imdb_prompts`` (a pipeline name).
+    .txt) or ``imdb_prompts`` (a pipeline name); a list is the items (``eval_prompts: [a, b]``).
     """
 
     pipeline: Optional[str] = None
     path: Optional[str] = attrs.field(default=None, validator=file_suffix(FILE_SUFFIXES))
     kwargs: dict[str, Any] = attrs.Factory(dict)
+    items: Optional[list[Any]] = None
 
     def __attrs_post_init__(self) -> None:
-        exactly_one(self, "pipeline", "path")
+        exactly_one(self, "pipeline", "path", "items")
+        if self.items is not None and self.kwargs:
+            raise ValueError("kwargs: not used with items (the items are the data); remove them")
+        if self.items is not None and not self.items:
+            raise ValueError("items: the list is empty; give at least one item")
 
 
 @attrs.define

@@ -142,7 +142,7 @@ def test_all_mistakes_are_reported_together_one_line_each(fake_host, trlx_yaml, 
         ({"train": 5}, "train: expected a mapping of keys to values, got 5"),
         ({"method.name": "nope"}, "method.name: unknown method 'nope'; installed: fake"),
         ({"data.prompts": {"path": "p.json"}}, "data.prompts.path: must be a file ending in .jsonl, .csv, .txt, got 'p.json'"),
-        ({"data.prompts": {"path": "p.txt", "pipeline": "x"}}, "data.prompts: give exactly one of pipeline, path (got pipeline, path)"),
+        ({"data.prompts": {"path": "p.txt", "pipeline": "x"}}, "data.prompts: give exactly one of pipeline, path, items (got pipeline, path)"),
         ({"reward": {"function": "no_colon"}}, "reward.function: must be 'module:function', got 'no_colon'"),
     ],
 )
