@@ -120,7 +120,7 @@ class AccelerateEngine:
         self.virtual_tokens = virtual_tokens(model) if spec.heads == "lm" else 0
         model.to(self.device)
         self.opt = make_optimizer(config.optimizer.name, config.optimizer.kwargs, model.parameters())
-        self.scheduler = make_scheduler(config.scheduler.name, config.scheduler.kwargs, self.opt)
+        self.scheduler = make_scheduler(config.scheduler.name, config.scheduler.kwargs, self.opt, config.train.total_steps)
         configure_deepspeed(self.accelerator, *self.batch_sizes(), config.train.max_grad_norm)
         expose_block_classes(model)
         self.model, self.opt = self.accelerator.prepare(model, self.opt)

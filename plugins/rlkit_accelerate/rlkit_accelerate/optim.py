@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Iterable
 
 import torch
@@ -30,11 +31,14 @@ def make_optimizer(name: str, kwargs: dict[str, Any], parameters: Iterable[torch
         raise ConfigError(f"optimizer.kwargs: {exc}") from None
 
 
-def make_scheduler(name: str, kwargs: dict[str, Any], optimizer: torch.optim.Optimizer):
+def make_scheduler(name: str, kwargs: dict[str, Any], optimizer: torch.optim.Optimizer, total_steps: int | None = None):
+    """``total_steps`` is the warmup schedules' ``num_training_steps`` unless kwargs give it."""
     try:
         scheduler_class = get_scheduler_class(name)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if total_steps is not None and "num_training_steps" in inspect.signature(scheduler_class).parameters:
+        kwargs = {"num_training_steps": total_steps, **kwargs}
     try:
         return scheduler_class(optimizer, **kwargs)
     except TypeError as exc:

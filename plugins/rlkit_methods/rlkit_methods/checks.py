@@ -87,7 +87,9 @@ def class_kwargs(section: str, name: str, kwargs: dict[str, Any], *, skip: int) 
         cls = lookup(name)
     except (ValueError, ImportError) as exc:
         return [str(exc) if str(exc).startswith(f"{section}.") else f"{section}.name: {exc}"]
-    parameters = list(inspect.signature(cls.__init__).parameters.values())[1 + skip:]
+    # a class (torch's schedulers) or a function (transformers' warmup schedules)
+    is_class = isinstance(cls, type)
+    parameters = list(inspect.signature(cls.__init__ if is_class else cls).parameters.values())[int(is_class) + skip:]
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
         return []
     accepted = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

@@ -31,6 +31,11 @@ class SchedulerName(str, Enum):
     CONSTANT = "constant"  # rlkit additions from here on
     STEP = "step"
     EXPONENTIAL = "exponential"
+    # warmup, as transformers' get_*_schedule_with_warmup (kwargs num_warmup_steps, and
+    # num_training_steps: train.total_steps unless given)
+    LINEAR_WITH_WARMUP = "linear_with_warmup"
+    COSINE_WITH_WARMUP = "cosine_with_warmup"
+    CONSTANT_WITH_WARMUP = "constant_with_warmup"
 
 
 def _member(enum: type[Enum], name: Any, what: str) -> Enum:
@@ -62,8 +67,13 @@ def get_optimizer_class(name: OptimizerName | str) -> type:
 
 
 def get_scheduler_class(name: SchedulerName | str) -> type:
-    """The learning-rate scheduler class for ``name`` (trlX's ``get_scheduler_class``)."""
+    """The learning-rate scheduler class for ``name`` (trlX's ``get_scheduler_class``); the
+    warmup names give transformers' schedule function, called the same way (optimizer, kwargs)."""
     member = _member(SchedulerName, name, "scheduler")
+    if member.value.endswith("_with_warmup"):
+        import transformers
+
+        return getattr(transformers, f"get_{member.value.removesuffix('_with_warmup')}_schedule_with_warmup")
     from torch.optim import lr_scheduler
 
     return {
