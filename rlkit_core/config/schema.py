@@ -42,6 +42,8 @@ class TrainConfig:
     rollout_logging_dir: Optional[str] = None
     save_best: bool = True
     save_optimizer: bool = True
+    # rlkit: keep only the newest N checkpoint_<step> folders (best_checkpoint is never removed)
+    save_total_limit: Optional[int] = attrs.field(default=None, validator=attrs.validators.optional(positive))
     resume_from_checkpoint: Optional[str] = None
     overwrite_checkpoint_dir: bool = False  # rlkit: replace another run's files in checkpoint_dir
     # trlX defaults to wandb; rlkit logs JSONL always and needs no account, so no tracker.

@@ -124,3 +124,26 @@ def test_a_first_run_says_what_it_does_before_the_progress_display_starts(tmp_pa
     said = [m for m in records if m.endswith(" ...")]
     assert said[:3] == ["building a new gpt2 model from its config (AccelerateEngine) ...", "making rollouts (generate, then score) ...",
                         "evaluating the eval prompts at step 0 ..."], records
+
+
+def test_save_total_limit_keeps_the_newest_checkpoints(tmp_path):
+    trainer = run("sft", tmp_path, config_overrides=dict(train=dict(
+        total_steps=6, checkpoint_interval=2, eval_interval=2, save_total_limit=2)))
+    root = tmp_path / "ckpts"
+    assert trainer.iter_count == 6
+    assert sorted(p.name for p in root.glob("checkpoint_*")) == ["checkpoint_4", "checkpoint_6"]
+    assert (root / "hf_model" / "config.json").is_file()
+
+
+def test_rotation_counts_only_complete_checkpoints_and_never_removes_the_best(tmp_path):
+    from rlkit_methods.loop.rotation import rotate_checkpoints
+
+    for step in (2, 4, 6, 8):
+        (tmp_path / f"checkpoint_{step}").mkdir()
+        if step != 8:
+            (tmp_path / f"checkpoint_{step}" / "COMPLETE").write_text("")
+    (tmp_path / "best_checkpoint").mkdir()
+    (tmp_path / "best_checkpoint" / "COMPLETE").write_text("")
+    removed = rotate_checkpoints(tmp_path, 1)
+    assert sorted(p.name for p in removed) == ["checkpoint_2", "checkpoint_4"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best_checkpoint", "checkpoint_6", "checkpoint_8"]

@@ -43,6 +43,7 @@ from rlkit_methods.loop.checkpoint import (
 from rlkit_methods.loop.metrics_log import MetricsLog
 from rlkit_methods.loop.reporting import BeforeLearn, describe_model, print_samples, progress
 from rlkit_methods.loop.resume import check_resume_config, finished_message, steps_left
+from rlkit_methods.loop.rotation import rotate_checkpoints
 from rlkit_methods.loop.rundir import claim
 from rlkit_methods.loop.signals import stop_on_signals
 from rlkit_methods.loop.state import read_state, rng_state, set_rng_state, write_state
@@ -370,6 +371,9 @@ class RLTrainer:
         engine.barrier()
         if self.is_main_process:
             commit_temporary(directory)
+            limit = self.config.train.save_total_limit
+            if limit and directory.parent == self.checkpoint_dir and directory.name.startswith("checkpoint_"):
+                rotate_checkpoints(self.checkpoint_dir, limit)
         engine.barrier()
         self.hooks.rlkit_checkpoint_saved(trainer=self, step=self.iter_count, path=directory, is_main_process=self.is_main_process)
         save_fn = getattr(self, "callbacks", {}).get("save")
