@@ -5,9 +5,13 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent / "trainers"))
 from walks_setup import run  # noqa: E402
+
+pytestmark = pytest.mark.slow  # trains a real run (rlkit_core.testing.lanes)
 
 
 def listing() -> tuple[list[str], list[str]]:
