@@ -89,6 +89,7 @@ def split_samples(items: list[Any]) -> tuple[list[Any], list[float] | None]:
         return [item["sample"] for item in items], [item["reward"] for item in items]
     if any(isinstance(item, dict) and "reward" in item for item in items):
         raise ConfigError("data.samples: some samples carry a reward and some do not; label all or none")
+    # a conversation ({"messages": [...]}) passes through whole, for the method to render
     return [item["sample"] if isinstance(item, dict) and "sample" in item else item for item in items], None
 
 

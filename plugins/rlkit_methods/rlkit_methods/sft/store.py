@@ -55,8 +55,20 @@ class SFTStore(TrlxLoader, Dataset):
 
 
 def make_sft_experience(samples: Sequence[Any], tokenizer: Any, max_length: int = 2048) -> SFTStore:
-    """Samples (strings, or ``[prompt, output, ...]`` lists) -> :class:`SFTStore`. A string is
-    an output after a BOS prompt, so the whole text (and EOS) is learned."""
+    """Samples (strings, ``[prompt, output, ...]`` lists, or conversations ``{"messages": [...]}``
+    rendered with the chat template, :mod:`rlkit_methods.data.chat`) -> :class:`SFTStore`. A
+    string is an output after a BOS prompt, so the whole text (and EOS) is learned; in a
+    conversation, the assistant turns are."""
+    from rlkit_methods.data.chat import is_conversation, messages_to_dialogue
+
+    if samples is not None and not isinstance(samples, (str, bytes)):
+        converted = []
+        for i, sample in enumerate(samples):
+            try:
+                converted.append(messages_to_dialogue(sample, tokenizer) if is_conversation(sample) else sample)
+            except ValueError as exc:
+                raise ValueError(f"samples[{i}]: {exc}") from None
+        samples = converted
     samples = check_samples(samples)
     dialogs = []
     for i, sample in enumerate(samples):
