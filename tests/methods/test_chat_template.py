@@ -58,3 +58,20 @@ def test_the_config_field_takes_true_a_string_or_null(methods_host):
     data["tokenizer"]["chat_template"] = 3
     with pytest.raises(ConfigError, match="tokenizer.chat_template: must be true, false, null or a Jinja template string"):
         TRLConfig.from_dict(data)
+
+
+def test_conversational_prompts_end_where_the_assistant_answers(make_tokenizer):
+    tokenizer = make_tokenizer()
+    tokenizer.chat_template = CHATML
+    talk = [{"role": "system", "content": "be kind"}, {"role": "user", "content": "hello world"}]
+    pipeline = PromptPipeline([{"messages": talk, "label": 1}, {"prompt": "the movie", "label": 0}], 64, tokenizer,
+                              chat_template=True)
+    assert decoded(pipeline, 0) == "<s>system\nbe kind</s>\n<s>user\nhello world</s>\n<s>assistant\n"
+    assert decoded(pipeline, 1) == "<s>user\nthe movie</s>\n<s>assistant\n"  # a plain prompt is a user turn
+    assert pipeline[0]["label"] == 1  # other keys of the row reach the reward function
+    # without chat_template: true, a conversation is still rendered (it cannot be sent as text)
+    pipeline = PromptPipeline([talk], 64, tokenizer)
+    assert decoded(pipeline, 0).endswith("<s>assistant\n")
+    tokenizer.chat_template = None
+    with pytest.raises(ValueError, match=r"prompts\[0\]: a messages prompt needs a chat template"):
+        PromptPipeline([talk], 64, tokenizer)

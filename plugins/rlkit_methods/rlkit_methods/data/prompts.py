@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch.utils.data import Dataset
 
+from rlkit_methods.data.chat import is_conversation
 from rlkit_methods.data.padding import pad, position_ids_from_mask
 from rlkit_methods.data.trlx_loader import TrlxLoader
 
@@ -25,11 +26,26 @@ def apply_chat_template(texts: Sequence[str], tokenizer: Any, template: bool | s
                                           add_generation_prompt=True, **kwargs) for text in texts]
 
 
+def render_conversation(prompt: Any, tokenizer: Any, template: bool | str | None, where: str) -> str:
+    """A conversational prompt (``{"messages": [...]}`` or a list of turns) as the template's
+    text, ending with the assistant's header: the config's template string, else the tokenizer's."""
+    messages = list(prompt["messages"] if isinstance(prompt, Mapping) else prompt)
+    kwargs = {"chat_template": template} if isinstance(template, str) else {}
+    if not kwargs and not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"{where}: a messages prompt needs a chat template; set tokenizer.chat_template (a Jinja "
+                         f"string) or use a tokenizer that has one")
+    if any(not isinstance(turn, Mapping) or not {"role", "content"} <= set(turn) for turn in messages):
+        raise ValueError(f"{where}: every message needs 'role' and 'content'")
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+
+
 class PromptPipeline(TrlxLoader, Dataset):
     """Prompts for rollouts or evaluation, tokenized once and left-padded per batch.
 
     :param prompts: strings (an empty string or None becomes the BOS token, else EOS), or dicts with a ``"prompt"`` key whose other keys are passed
-        along to the reward and metric functions as keyword arguments (one list per key)
+        along to the reward and metric functions as keyword arguments (one list per key), or
+        conversations (``{"messages": [...]}`` with such keys, or a list of turns) rendered
+        with the chat template up to the assistant's turn
     :param max_prompt_length: ``seq_length - max_new_tokens``; longer prompts are truncated
         on the tokenizer's ``truncation_side`` with a warning, never dropped
     :param tokenizer: a transformers tokenizer
@@ -53,8 +69,14 @@ class PromptPipeline(TrlxLoader, Dataset):
         prompts = list(prompts)
         if not prompts:
             raise ValueError("prompts: the list is empty; give at least one prompt")
-        texts, metadata = [], []
+        texts, metadata, rendered = [], [], set()
         for i, prompt in enumerate(prompts):
+            if is_conversation(prompt):  # TRL's conversational prompt: rendered up to the assistant's turn
+                extra = {k: v for k, v in prompt.items() if k != "messages"} if isinstance(prompt, Mapping) else {}
+                texts.append(render_conversation(prompt, tokenizer, chat_template, f"prompts[{i}]"))
+                metadata.append(extra)
+                rendered.add(i)
+                continue
             if isinstance(prompt, Mapping):
                 if "prompt" not in prompt:
                     raise ValueError(f"prompts[{i}]: a dict prompt needs a 'prompt' key, got keys {sorted(prompt)}")
@@ -73,7 +95,10 @@ class PromptPipeline(TrlxLoader, Dataset):
             raise ValueError("prompts: every dict prompt must have the same keys")
 
         if chat_template:
-            texts = apply_chat_template(texts, tokenizer, chat_template)
+            plain = [i for i in range(len(texts)) if i not in rendered]
+            for i, text in zip(plain, apply_chat_template([texts[i] for i in plain], tokenizer, chat_template)):
+                texts[i] = text
+        if chat_template or rendered:
             add_special_tokens = False  # the template writes the special tokens it wants
         encoded = tokenizer(texts, truncation=False, padding=False, add_special_tokens=add_special_tokens)
         left = getattr(tokenizer, "truncation_side", "right") == "left"
