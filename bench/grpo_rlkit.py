@@ -46,9 +46,9 @@ def grpo_config(spec: dict, method: str, num_layers_unfrozen: int, workdir: str)
         method=method_fields,
     )
     if spec.get("rlkit_set"):  # run.py --rlkit-set KEY=VALUE: measure a config change, same parsing as --set
-        from rlkit_core.config.overrides import parse_sets, unflatten
+        from rlkit_core.config.overrides import apply_sets
 
-        config = config.evolve(**unflatten(parse_sets(spec["rlkit_set"])))
+        config = type(config).from_dict(apply_sets(config.to_dict(), spec["rlkit_set"]))
     return config
 
 

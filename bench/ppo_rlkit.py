@@ -37,9 +37,9 @@ def ppo_config(spec: dict, num_layers_unfrozen: int, workdir: str):
                                     top_k=0, top_p=1.0, do_sample=True)),
     )
     if spec.get("rlkit_set"):  # run.py --rlkit-set KEY=VALUE: measure a config change, same parsing as --set
-        from rlkit_core.config.overrides import parse_sets, unflatten
+        from rlkit_core.config.overrides import apply_sets
 
-        config = config.evolve(**unflatten(parse_sets(spec["rlkit_set"])))
+        config = type(config).from_dict(apply_sets(config.to_dict(), spec["rlkit_set"]))
     return config
 
 
