@@ -72,6 +72,9 @@ def commit_temporary(final: str | os.PathLike) -> Path:
     final, tmp = Path(final), temporary_for(final)
     (tmp / COMPLETE_MARKER).write_text("ok\n")
     _fsync_tree(tmp)
+    if final.exists() and (final.is_symlink() or not ((final / RLKIT_MARKER).is_file() or (final / COMPLETE_MARKER).is_file())):
+        raise RlkitError(f"{final}: exists and was not written by rlkit (no {RLKIT_MARKER}); move it away, or set "
+                         f"train.checkpoint_dir to a new folder")
     if final.exists():
         old = final.parent / f"{TMP_PREFIX}{final.name}-old"
         _remove_ours(old)

@@ -12,6 +12,7 @@ as ``nan``/``inf`` in the text and left out of the plot, whose legend counts the
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -228,8 +229,18 @@ def plot(info: dict[str, Any], path: str | Path) -> Path:
 
     fig = figure(info)
     path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    if path.is_dir() and not path.is_symlink():
+        plt.close(fig)
+        raise IsADirectoryError(f"{path} is a folder")
+    # written beside it, then renamed over it: a report.png that is a symbolic link is replaced,
+    # never written through (the file it points to is not the run's)
+    draft = path.with_name(f".{path.name}.{os.getpid()}.png")
+    try:
+        fig.savefig(draft, dpi=100)
+        os.replace(draft, path)
+    finally:
+        plt.close(fig)
+        draft.unlink(missing_ok=True)
     return path
 
 

@@ -8,9 +8,14 @@ metrics log). On the main process it
   one folder would mix their files. A lock of this same process (an earlier ``train()`` in a
   notebook) is taken over too: runs in one process follow each other.
 * refuses a folder that holds another run's files (``checkpoint_<n>``, ``best_checkpoint``,
-  ``hf_model``, the metrics log) unless the run resumes (``train.resume_from_checkpoint``)
-  or was asked to replace them (``train.overwrite_checkpoint_dir``). Overwriting removes only
-  what rlkit writes; anything else in the folder is left alone.
+  ``hf_model``, the metrics log) unless the run resumes that same run
+  (``train.resume_from_checkpoint`` inside ``checkpoint_dir``) or was asked to replace them
+  (``train.overwrite_checkpoint_dir``). A resume whose ``checkpoint_dir`` or ``logging_dir``
+  holds the files of a run other than the one it resumes is refused: it would replace that
+  run's checkpoints and metrics. A ``checkpoint_dir`` inside a checkpoint is refused too.
+* Overwriting removes only what rlkit wrote: folders carrying its marker (``.rlkit-written``
+  or ``COMPLETE``), its logs and ``report.png``. A folder without a marker, a symbolic link and
+  anything else in the folder are left alone.
 
 The lock is released by :meth:`RunDir.release` (the loop calls it in ``finally``; an
 ``atexit`` hook is the fallback). Other processes of a data-parallel run get a handle that
@@ -29,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit_core.errors import ConfigError, RlkitError
-from rlkit_methods.loop.checkpoint import CHECKPOINT_PATTERN, is_rlkit_temporary
+from rlkit_methods.loop.checkpoint import CHECKPOINT_PATTERN, COMPLETE_MARKER, RLKIT_MARKER, is_rlkit_temporary
 from rlkit_methods.loop.metrics_log import METRICS_FILE, SAMPLES_FILE
 
 LOCK_FILE = ".rlkit-run.lock"
@@ -41,11 +46,28 @@ REPORT_FILE = "report.png"
 class RunDir:
     """What :func:`claim` returns: the folder, and the lock while held."""
 
-    def __init__(self, path: Path, lock: Path | None) -> None:
+    def __init__(self, path: Path, lock: Path | None, created: Path | None = None) -> None:
         self.path = path
         self.lock = lock
+        self.created = created  # the outermost folder claim made, if any
         if lock is not None:
             atexit.register(self.release)
+
+    def discard(self) -> None:
+        """Release, and remove the folders :func:`claim` made if the run wrote nothing there
+        (a run that failed to start leaves no folder behind)."""
+        self.release()
+        if self.created is None:
+            return
+        folder = self.path
+        while True:
+            try:
+                folder.rmdir()  # only an empty folder
+            except OSError:
+                return
+            if folder == self.created or folder.parent == folder:
+                return
+            folder = folder.parent
 
     def release(self) -> None:
         """Drop the lock (only if it is still ours). Safe to call more than once."""
@@ -67,24 +89,43 @@ class RunDir:
 def claim(
     checkpoint_dir: str | os.PathLike,
     *,
-    resume: bool,
+    resume: bool | str | os.PathLike | None,
     overwrite: bool,
     is_main_process: bool,
     logging_dir: str | os.PathLike | None = None,
 ) -> RunDir:
-    """Lock ``checkpoint_dir`` for this run and check it may write there (see the module)."""
+    """Lock ``checkpoint_dir`` for this run and check it may write there (see the module).
+    ``resume`` is the checkpoint (or run folder) the run resumes, or a false value."""
     root = Path(checkpoint_dir)
     if not is_main_process:
         return RunDir(root, None)
+    inside = next((p for p in [root, *root.parents] if _is_checkpoint(p)), None)
+    if inside is not None:
+        raise ConfigError(f"train.checkpoint_dir: {root} is inside the checkpoint {inside}, another run's files; a run writes its checkpoints "
+                          f"into a folder of its own: set train.checkpoint_dir to a new folder (or to {inside.parent} to resume)")
+    created = next((p for p in reversed([root, *root.parents]) if not p.exists()), None)
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"train.checkpoint_dir: {root} is a file, not a folder; set train.checkpoint_dir to a folder")
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"train.checkpoint_dir: cannot create {root}: {exc.strerror or exc}") from None
     lock = _take_lock(root / LOCK_FILE)
-    handle = RunDir(root, lock)
+    handle = RunDir(root, lock, created)
     try:
         logs = Path(logging_dir) if logging_dir else root / "logs"
         found = run_files(root, logs)
+        resumed = _run_of(resume) if resume and not isinstance(resume, bool) else None
+        if resumed is not None:
+            own = _same_folder(resumed, root)
+            theirs = [p for p in found if not own or (p.parent == logs and not _same_folder(logs, _logs_of(resume, resumed)))]
+        if resumed is not None and theirs:
+            shown = str(theirs[0].relative_to(root)) if theirs[0].is_relative_to(root) else str(theirs[0])
+            raise ConfigError(
+                f"train.checkpoint_dir: {root} holds another run's files ({shown}), but this run resumes {resume}; "
+                f"resuming would replace them: set train.checkpoint_dir to {resumed} (that run's folder) or to a new "
+                f"folder, and train.logging_dir to a folder of its own"
+            )
         if found and not resume:
             if not overwrite:
                 shown = ", ".join(str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in found[:3])
@@ -95,7 +136,10 @@ def claim(
                     f"or replace that run with train.overwrite_checkpoint_dir=true"
                 )
             for path in found:
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                if path.is_symlink() or not path.is_dir():
+                    path.unlink()  # a link itself, never what it points to
+                elif _written_by_rlkit(path):
+                    shutil.rmtree(path)
     except BaseException:
         handle.release()
         raise
@@ -113,6 +157,45 @@ def run_files(root: Path, logs: Path) -> list[Path]:
             found.append(root / REPORT_FILE)
     found += [logs / name for name in LOG_FILES if (logs / name).is_file()]
     return sorted(found, key=lambda p: (not p.name.startswith("checkpoint_"), p.name))
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """A checkpoint folder rlkit wrote (``checkpoint_<n>`` or ``best_checkpoint`` with a marker)."""
+    named = CHECKPOINT_PATTERN.match(path.name) or path.name == "best_checkpoint"
+    return bool(named) and path.is_dir() and _written_by_rlkit(path)
+
+
+def _written_by_rlkit(path: Path) -> bool:
+    return not path.is_symlink() and ((path / RLKIT_MARKER).is_file() or (path / COMPLETE_MARKER).is_file())
+
+
+def _run_of(resume: str | os.PathLike) -> Path:
+    """The run folder of a resume path: the folder holding the checkpoint, or the folder given."""
+    path = Path(resume)
+    return path.parent if (CHECKPOINT_PATTERN.match(path.name) or path.name in RUN_FOLDERS) else path
+
+
+def _logs_of(resume: str | os.PathLike, run: Path) -> Path:
+    """Where the resumed run logged: its saved config's ``train.logging_dir``, else ``<run>/logs``."""
+    import yaml
+
+    path = Path(resume)
+    configs = [path / "config.yml"] if path != run else sorted(run.glob("checkpoint_*/config.yml"))
+    for config in configs[-1:]:
+        try:
+            saved = (yaml.safe_load(config.read_text()) or {}).get("train", {}).get("logging_dir")
+        except (OSError, ValueError, yaml.YAMLError, AttributeError):
+            saved = None
+        if saved:
+            return Path(saved)
+    return run / "logs"
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 # --- the lock ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from rlkit_core.plugins import get_host
 from rlkit_methods.loop import evaluation
 from rlkit_methods.loop.batching import pass_batches
 from rlkit_methods.loop.checkpoint import (
+    RLKIT_MARKER,
     commit_temporary,
     is_complete,
     read_errors,
@@ -71,10 +72,16 @@ class RLTrainer:
         train = config.train
         self.checkpoint_dir = Path(train.checkpoint_dir)
         self.logging_dir = Path(train.logging_dir) if train.logging_dir else self.checkpoint_dir / "logs"
+        # the folder first: a used one is refused before a model loads (seconds, not minutes);
+        # a config the engine then refuses leaves no folder behind
+        self.run_dir = self.claim_run_dir()
         if self.is_main_process:  # a first run converts or loads a model for a while: say so
             log.info("%s (%s) ...", describe_model(config.model.model_path), type(self.engine).__name__)
-        self.engine.build(self.model_spec())  # a config the engine refuses leaves no folder behind
-        self.run_dir = self.claim_run_dir()  # before the metrics log, which starts a new run's file
+        try:
+            self.engine.build(self.model_spec())
+        except BaseException:
+            self.run_dir.discard()
+            raise
         self.tracker = Tracker(config, self.logging_dir, enabled=self.is_main_process)
         self.generate_kwargs, self.generate_sweep_kwarg = evaluation.generation_settings(config.method.gen_kwargs, self.tokenizer)
         self.metrics_log = MetricsLog(self.logging_dir, enabled=self.is_main_process, resume=bool(train.resume_from_checkpoint))
@@ -91,7 +98,7 @@ class RLTrainer:
         one line (resume, a new folder, or train.overwrite_checkpoint_dir), on every rank."""
         train, problem, run_dir = self.config.train, None, None
         try:
-            run_dir = claim(self.checkpoint_dir, resume=bool(train.resume_from_checkpoint), overwrite=train.overwrite_checkpoint_dir,
+            run_dir = claim(self.checkpoint_dir, resume=train.resume_from_checkpoint, overwrite=train.overwrite_checkpoint_dir,
                             is_main_process=self.is_main_process, logging_dir=self.logging_dir)
         except RlkitError as exc:
             problem = exc
@@ -343,7 +350,10 @@ class RLTrainer:
     def save_pretrained(self, directory: str | os.PathLike | None = None, merge_adapters: bool = False, **kwargs) -> None:
         """An HF model folder (plus head weights) and the tokenizer, loadable by transformers.
         With PEFT adapters it holds the adapter, or with ``merge_adapters=True`` one merged model."""
-        self.engine.export(Path(directory or self.checkpoint_dir / "hf_model"), merge_adapters=merge_adapters, **kwargs)
+        directory = Path(directory or self.checkpoint_dir / "hf_model")
+        self.engine.export(directory, merge_adapters=merge_adapters, **kwargs)
+        if self.is_main_process and directory == self.checkpoint_dir / "hf_model":
+            (directory / RLKIT_MARKER).touch()  # the run's own: train.overwrite_checkpoint_dir may replace it
 
     def save(self, directory: str | os.PathLike | None = None) -> Path:
         """The full training state, written atomically (temporary folder, then rename)."""
