@@ -6,7 +6,16 @@ and the ``rlkit`` command line. Methods (``rlkit-methods``) and backends
 ``rlkit``. Nothing here imports torch at module level.
 """
 
+import os as _os
+import sys as _sys
 from importlib import import_module
+
+# ``python -m rlkit_core`` puts the current folder first on sys.path (``rlkit`` does not): a
+# ``*.dist-info`` or a ``yaml.py`` there would be imported as a plugin or a dependency, code
+# the user never asked to run. While ``-m`` finds this package, argv[0] is "-m".
+if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", _os.getcwd()) and \
+        _os.path.abspath(_sys.path[0] or ".") not in _os.environ.get("PYTHONPATH", "").split(_os.pathsep):
+    del _sys.path[0]
 
 from rlkit_core.errors import ConfigError, PluginError, RegistryError, RlkitError
 

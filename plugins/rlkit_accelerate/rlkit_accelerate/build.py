@@ -25,7 +25,10 @@ def load_base_model(config, *, prompt_learning: bool = False):
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"model.model_path: a mapping needs a known model_type and its config fields ({exc})") from None
     arch = config.model.model_arch_type
-    model = load_lm(assets.resolve(path), arch, **config.model.model_extra_configs)
+    # rlkit's own answer, always given: left unset, transformers asks on stdin (and a piped
+    # `yes` would run the folder's code); a true value in model_extra_configs needs it true too
+    extra = {**config.model.model_extra_configs, "trust_remote_code": config.model.trust_remote_code}
+    model = load_lm(assets.resolve(path), arch, **extra)
     task_type = "SEQ_2_SEQ_LM" if arch == "seq2seq" else "CAUSAL_LM"
     return apply_peft(model, config.model.peft_config, task_type=task_type, prompt_learning=prompt_learning)
 

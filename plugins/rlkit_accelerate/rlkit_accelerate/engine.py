@@ -78,7 +78,7 @@ class AccelerateEngine:
         self.device = self.accelerator.device
         self.writes_rank_state = True  # every rank is its own data-parallel index
         set_seed(config.train.seed)  # before the model: a model built from a config is the same everywhere
-        self.tokenizer = load_tokenizer(config.tokenizer, assets.resolve)
+        self.tokenizer = load_tokenizer(config.tokenizer, assets.resolve, trust_remote_code=config.model.trust_remote_code)
         self.model = self.opt = self.scheduler = None
         self._unwrapped = None  # (wrapper, unwrapped model)
         self.virtual_tokens = 0

@@ -39,7 +39,7 @@ def load_hf_source(source: Any):
     if isinstance(source, PretrainedConfig):
         return AutoModelForCausalLM.from_config(source)
     try:
-        return AutoModelForCausalLM.from_pretrained(source)
+        return AutoModelForCausalLM.from_pretrained(source, trust_remote_code=False)  # never a stdin prompt
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"model.model_path: {source!r}: cannot load an HF model ({first[:200]}); give an HF folder, "
@@ -56,7 +56,7 @@ def _hf_folder_config(source: Any):
 
     if SafetensorsFile.from_folder(source) is None or not os.path.isfile(os.path.join(source, "config.json")):
         return None
-    return AutoConfig.from_pretrained(source)
+    return AutoConfig.from_pretrained(source, trust_remote_code=False)
 
 
 def _keep_yaml(model: dict, yaml_model: dict) -> dict:

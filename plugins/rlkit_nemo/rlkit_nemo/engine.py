@@ -72,7 +72,7 @@ class MegatronEngine:
         from rlkit_nemo.megatron_config import departures
 
         self.departures = departures(self.megatron, config, pretrained_model)  # one warning line each
-        self.tokenizer = load_tokenizer(config.tokenizer)
+        self.tokenizer = load_tokenizer(config.tokenizer, trust_remote_code=config.model.trust_remote_code)
         self.source = pretrained_model if pretrained_model is not None else config.model.model_path
         precision = self.megatron["precision"]
         # fp32 weights under a half-precision YAML (no O2): the forward passes run in autocast

@@ -7,7 +7,7 @@ from typing import Any, Callable
 from rlkit_core.errors import RlkitError
 
 
-def load_tokenizer(config: Any, resolve: Callable[[Any], Any] = lambda p: p):
+def load_tokenizer(config: Any, resolve: Callable[[Any], Any] = lambda p: p, *, trust_remote_code: bool = False):
     """``tokenizer.tokenizer_path`` may be a folder, a hub id, a model source name, ``byt5``
     (a byte-level tokenizer that needs no files), ``randomwalks`` (trlX's 23-token randomwalks
     vocabulary, built in code: see ``randomwalks_tokenizer``) or (from Python) a tokenizer
@@ -27,7 +27,9 @@ def load_tokenizer(config: Any, resolve: Callable[[Any], Any] = lambda p: p):
     else:
         path = resolve(path)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(path), **config.tokenizer_extra_configs)
+            # always rlkit's answer (``model.trust_remote_code``): unset, transformers asks on stdin
+            options = {**config.tokenizer_extra_configs, "trust_remote_code": trust_remote_code}
+            tokenizer = AutoTokenizer.from_pretrained(str(path), **options)
         except (OSError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RlkitError(f"tokenizer.tokenizer_path {str(path)!r}: cannot load a tokenizer ({first})") from exc
