@@ -21,7 +21,9 @@ its plugin failed, with the plugin named.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import threading
 import importlib.util
 import os
 import sys
@@ -66,6 +68,25 @@ class PluginStatus:
         if self.distribution:
             return f"{self.name} ({self.distribution} {self.version})"
         return f"{self.name} ({self.source})"
+
+
+@contextlib.contextmanager
+def plugin_code():
+    """Around a plugin's import and registration hooks: what it prints goes to stderr (stdout
+    carries ``--json`` and ``config show`` output), and the threads it starts are recorded so
+    that the CLI does not wait for them at exit (:func:`plugin_threads`)."""
+    before = set(threading.enumerate())
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+    _PLUGIN_THREADS.extend(t for t in threading.enumerate() if t not in before and not t.daemon)
+
+
+_PLUGIN_THREADS: list[threading.Thread] = []
+
+
+def plugin_threads() -> list[threading.Thread]:
+    """Non-daemon threads that plugins started and that still run."""
+    return [t for t in _PLUGIN_THREADS if t.is_alive()]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -157,7 +178,8 @@ class PluginHost:
                 self.statuses[ep.name] = status
                 continue
             try:
-                plugin = call_with_deadline(ep.load, deadline)
+                with plugin_code():
+                    plugin = call_with_deadline(ep.load, deadline)
             except UserInterrupt:
                 raise  # the user's Ctrl-C, not the plugin's fault
             except BaseException as exc:  # any import-time failure is the plugin's, exits included
@@ -178,7 +200,8 @@ class PluginHost:
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         try:
-            call_with_deadline(lambda: spec.loader.exec_module(module), import_timeout())
+            with plugin_code():
+                call_with_deadline(lambda: spec.loader.exec_module(module), import_timeout())
         except UserInterrupt:
             sys.modules.pop(module_name, None)
             raise
@@ -250,7 +273,8 @@ class PluginHost:
                 if impl.plugin_name in failed:
                     continue
                 try:
-                    result = impl.function()
+                    with plugin_code():
+                        result = impl.function()
                 except Exception as exc:
                     self._mark_failed(impl.plugin_name, f"{hook_name} raised {_one_line(exc)}", registry)
                     failed.add(impl.plugin_name)

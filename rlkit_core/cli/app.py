@@ -191,17 +191,39 @@ def _add_plugin_commands() -> None:
     (recorded for ``rlkit plugins``, and one warning line), never the others or ``--help``."""
     from rlkit_core.plugins import get_host
 
+    from rlkit_core.plugins import plugin_code
+
     app.registered_commands[:], app.registered_groups[:] = (list(x) for x in _CORE_COMMANDS)
     host = get_host()
     for impl in host.hook.rlkit_register_commands.get_hookimpls():
         before = (list(app.registered_commands), list(app.registered_groups))
         try:
-            impl.function(**{name: app for name in impl.argnames})
+            with plugin_code():
+                impl.function(**{name: app for name in impl.argnames})
+            _refuse_core_names(impl.plugin_name, before)
         except Exception as exc:
             app.registered_commands[:], app.registered_groups[:] = before
             host.command_hook_failed(impl.plugin_name, exc)
             err_console.print(f"[yellow]warning:[/] plugin {impl.plugin_name!r}: {escape(str(host.statuses[impl.plugin_name].error))}",
                               highlight=False, soft_wrap=True)
+
+
+def _command_name(info) -> str:
+    from typer.main import get_command_name
+
+    name = info.name or (info.callback.__name__ if getattr(info, "callback", None) else getattr(info.typer_instance.info, "name", ""))
+    return get_command_name(name or "")
+
+
+def _refuse_core_names(plugin: str, before: tuple[list, list]) -> None:
+    """A plugin's command named as one already there (rlkit's ``run``, ``config``, ... or an
+    earlier plugin's) is left out, with one warning: nothing replaces a command without a word."""
+    taken = {_command_name(c) for part in before for c in part}
+    for registered, old in zip((app.registered_commands, app.registered_groups), before):
+        for info in [c for c in registered if c not in old and _command_name(c) in taken]:
+            registered.remove(info)
+            err_console.print(f"[yellow]warning:[/] plugin {plugin!r}: command {_command_name(info)!r} exists already; "
+                              f"the plugin's is left out (give it another name)", highlight=False, soft_wrap=True)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -284,6 +306,34 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _exit(code: int) -> int:
-    if __name__ == "__main__" or sys.argv and Path(sys.argv[0]).name == "rlkit":
+    from rlkit_core.plugins import plugin_threads
+
+    threads = plugin_threads()
+    if threads and _as_command():  # a plugin's thread would keep the command alive after its work is done
+        names = ", ".join(sorted({t.name for t in threads}))
+        err_console.print(f"[yellow]warning:[/] plugins left threads running ({names}); rlkit exits without waiting for them",
+                          highlight=False, soft_wrap=True)
+        _leave(code)
+    if _as_command():
         sys.exit(code)
     return code
+
+
+def _as_command() -> bool:
+    """Running as ``rlkit`` or ``python -m rlkit_core`` (not called from a program or a test)."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return __name__ == "__main__" or bool(sys.argv) and Path(sys.argv[0]).name == "rlkit" or \
+        getattr(main_spec, "name", None) == "rlkit_core.__main__"
+
+
+def _leave(code: int) -> None:
+    """Exit now: exit hooks run (run-folder locks are released), threads are not joined."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else 1)

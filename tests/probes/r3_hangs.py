@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from probe_bad_inputs import ROOT
 from r3_code import ENV
 from r3_common import PPO, SFT, check, raises, refuse, validate, write
 
@@ -17,11 +18,15 @@ def in_subprocess(args: list[str], expect: str, *, timeout: float = 60, memory_g
     """``rlkit ARGS`` in a child limited in time and memory: one clear line, or a hang."""
 
     def probe():
-        code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d << 30, %d << 30)); "
-                "from rlkit_core.cli import main; sys.exit(main(sys.argv[1:]))" % (memory_gb, memory_gb))
+        def limit():
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (memory_gb << 30, memory_gb << 30))
+
         start = time.time()
         try:
-            result = subprocess.run([sys.executable, "-c", code, *args], env=env or ENV, capture_output=True, text=True, timeout=timeout)
+            result = subprocess.run([sys.executable, "-m", "rlkit_core", *args], env=env or ENV, capture_output=True, text=True,
+                                    timeout=timeout, preexec_fn=limit, cwd=ROOT)
         except subprocess.TimeoutExpired:
             return "hang", f"still running after {timeout:.0f}s"
         lines = [line for line in result.stderr.splitlines() if line.strip()]
