@@ -55,6 +55,9 @@ def train(
     try:
         registry = host.registry
         mode = dispatch_mode(reward_fn, samples, rewards)
+        prompts, eval_prompts = (list(p) if p is not None and not isinstance(p, (str, bytes)) else p for p in (prompts, eval_prompts))
+        check_arguments(mode, reward_fn=reward_fn, samples=samples, rewards=rewards, prompts=prompts,
+                        eval_prompts=eval_prompts, metric_fn=metric_fn, stop_sequences=stop_sequences)
         if config is None:
             config = default_config(mode, registry)
         if model_path is not None:
@@ -113,6 +116,43 @@ def with_model_path(config: TRLConfig, model_path: Any) -> TRLConfig:
     if follows and (not folder.is_dir() or any((folder / name).is_file() for name in TOKENIZER_FILES)):
         tokenizer = attrs.evolve(tokenizer, tokenizer_path=os.fspath(model_path))
     return attrs.evolve(config, model=model, tokenizer=tokenizer)
+
+
+# what each mode trains from: anything else given to train() would be ignored
+UNUSED = {"online": ("samples", "rewards"), "offline": ("prompts",), "supervised": ("prompts",)}
+
+
+def check_arguments(mode: str, **given: Any) -> None:
+    """Refuse what ``train()`` would ignore or misread, before a model loads: an argument the
+    mode does not use, a string where a list is meant (it would be split into characters),
+    empty prompts, stop sequences that are not non-empty strings, functions that are not."""
+    for name in UNUSED[mode]:
+        if given[name] is not None:
+            uses = MODE_ARGUMENTS[mode]
+            raise ConfigError(f"{name}: train() with {uses} trains {mode} and does not use {name}; leave it out "
+                              f"(or give {MODE_ARGUMENTS['offline'] if name == 'samples' else 'the arguments of the mode you mean'})")
+    for name in ("samples", "rewards", "prompts", "eval_prompts", "stop_sequences"):
+        value = given[name]
+        if isinstance(value, (str, bytes)):
+            raise ConfigError(f"{name}: got a string ({value[:20]!r}), which would be read as one item per character; give a list, e.g. [{value[:20]!r}]")
+    for name in ("prompts", "eval_prompts"):
+        value = given[name]
+        if value is None:
+            continue
+        items = list(value)
+        if len(items) == 0 and name == "eval_prompts":
+            raise ConfigError("eval_prompts: the list is empty; give at least one prompt, or leave eval_prompts out")
+        for i, item in enumerate(items):
+            if item is None or not isinstance(item, (str, dict, list, tuple)):
+                raise ConfigError(f"{name}[{i}]: expected a string (or a dict with 'prompt'), got {type(item).__name__}")
+        if items and all(isinstance(item, str) and not item.strip() for item in items):
+            raise ConfigError(f"{name}: every prompt is empty; give text, or leave {name} out to start from BOS")
+    for i, stop in enumerate(given["stop_sequences"] or []):
+        if not isinstance(stop, str) or not stop:
+            raise ConfigError(f"stop_sequences[{i}]: expected a non-empty string, got {stop!r} (an empty one would cut every output)")
+    for name in ("reward_fn", "metric_fn"):
+        if given[name] is not None and not callable(given[name]):
+            raise ConfigError(f"{name}: expected a function, got {type(given[name]).__name__}")
 
 
 def default_config(mode: str, registry: Registry) -> TRLConfig:

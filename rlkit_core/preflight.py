@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 from rlkit_core.config import TRLConfig
 from rlkit_core.errors import ConfigError, PluginError, RlkitError
+from rlkit_core.preflight_values import check_values
 
 # A step of more than 2**20 sequences per process fits no accelerator, and index lists that
 # size are what made a huge batch_size hang with growing memory; 2**31 tokens in one forward
@@ -68,6 +69,7 @@ def check_config(config: TRLConfig, registry: Any, hook: Any = None, *, source: 
     errors += trainer_matches_method(config, registry)
     errors += tracker_installed(config.train.tracker)
     errors += functions_importable(config)
+    errors += check_values(config, registry)
     if hook is not None:
         for impl in hook.rlkit_check_config.get_hookimpls():
             lines = impl.function(*[{"config": config}[name] for name in impl.argnames])

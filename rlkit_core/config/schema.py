@@ -55,6 +55,11 @@ class TrainConfig:
     # rlkit additions
     backend: Optional[str] = None  # checked against the backend of ``trainer`` when set
     max_grad_norm: Optional[float] = attrs.field(default=None, validator=positive)  # off: trlX parity
+    # stop at the first NaN/inf loss or gradient norm, keeping the last finite checkpoint
+    stop_on_nonfinite: bool = True
+    # a resume whose config differs from the checkpoint's in what changes the run is refused;
+    # "allow" says the change is intended (e.g. a lower lr after a spike)
+    resume_config_changes: str = attrs.field(default="refuse", validator=one_of("refuse", "allow"))
 
 
 @attrs.define

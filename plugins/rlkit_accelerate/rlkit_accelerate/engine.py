@@ -242,7 +242,14 @@ class AccelerateEngine:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RlkitError(f"{directory}: the checkpoint does not fit this model ({first[:200]}); "
                              f"resume with the config it was saved with") from None
-        self.scheduler.load_state_dict(json.loads((directory / SCHEDULER_FILE).read_text()))
+        saved = json.loads((directory / SCHEDULER_FILE).read_text())
+        expected = set(self.scheduler.state_dict())
+        if not isinstance(saved, dict) or not expected <= set(saved):  # a mixed or fresh schedule otherwise
+            missing = sorted(expected - set(saved)) if isinstance(saved, dict) else ["all"]
+            raise RlkitError(f"{directory / SCHEDULER_FILE}: not the state of this run's scheduler "
+                             f"({type(self.scheduler).__name__}; missing {', '.join(missing[:4])}); the checkpoint is damaged "
+                             f"or from another scheduler: resume from an earlier checkpoint, or with its scheduler settings")
+        self.scheduler.load_state_dict(saved)
 
     def export(self, directory, *, merge_adapters: bool = False, _barrier: bool = True, **kwargs) -> None:
         """Written by the main process; every rank calls it (a sharded model is gathered first)."""

@@ -18,9 +18,13 @@ MODEL_INPUTS = {"attention_mask", "position_ids", "token_type_ids", "use_cache",
 
 
 def check_config(config) -> list[str]:
+    from rlkit_methods.checks_values import generation_values, inline_model_shape
+
     errors = model_path_fields(config.model.model_path)
+    errors += [] if errors else inline_model_shape(config)
     for section in ("gen_kwargs", "gen_experience_kwargs"):
         errors += generation_keys(f"method.{section}", getattr(config.method, section, None) or {})
+        errors += generation_values(f"method.{section}", getattr(config.method, section, None) or {})
     errors += class_kwargs("optimizer", config.optimizer.name, config.optimizer.kwargs, skip=1)
     errors += class_kwargs("scheduler", config.scheduler.name, config.scheduler.kwargs, skip=1)
     return errors

@@ -47,6 +47,11 @@ def check_scores(scores: Any, n: int, *, what: str = "reward function") -> list:
         raise ValueError(f"{what} returned {type(scores).__name__}; return a list of {n} floats, one per sample")
     if _on_meta(scores):
         raise ValueError(f"{what} returned {META}")
+    shape = tuple(getattr(scores, "shape", ()))
+    if len(shape) == 2 and shape[1] == 1:
+        # a reward model's logits: read as per-token scores, the score would sit on the first token
+        raise ValueError(f"{what} returned shape {shape}, as a reward model's logits are; return one score per sample, "
+                         f"shape ({n},) (e.g. logits[:, 0]), or per-token scores as one list per sample")
     try:
         items = _as_list(scores)
     except TypeError:
@@ -65,6 +70,15 @@ def check_scores(scores: Any, n: int, *, what: str = "reward function") -> list:
         else:
             out.append(_as_float(item, f"{what}: score {i}"))
     return out
+
+
+def check_token_scores(scores: list, lengths: Sequence[int], *, what: str = "reward function") -> None:
+    """Per-token (dense) scores hold at most one value per response token: longer ones would
+    be cut to the response without a word."""
+    for i, (score, length) in enumerate(zip(scores, lengths)):
+        if isinstance(score, list) and len(score) > length:
+            raise ValueError(f"{what}: score {i} has {len(score)} per-token values for a response of {length} tokens; "
+                             f"give at most one per response token (or one number per sample)")
 
 
 def check_rewards(rewards: Any, n: int) -> list[float]:

@@ -34,10 +34,16 @@ def generation_settings(gen_kwargs: dict[str, Any], tokenizer) -> tuple[dict[str
 
 def call_scorer(fn: Callable, kind: str, step: int, samples, prompts, outputs, metadata, tokenizer):
     """Call a reward or metric function trlX's way; a failure names the function and the step."""
+    from rlkit_methods.loop.heartbeat import heartbeat
+
+    name = getattr(fn, "__qualname__", type(fn).__name__)
     try:
-        return fn(samples=samples, prompts=prompts, outputs=outputs, tokenizer=tokenizer, **metadata)
+        with heartbeat(f"{kind} function {name} (step {step})"):
+            return fn(samples=samples, prompts=prompts, outputs=outputs, tokenizer=tokenizer, **metadata)
+    except SystemExit as exc:  # the run's exit code is rlkit's to give: sys.exit(0) here is no success
+        raise RlkitError(f"{kind} function {name} called sys.exit({exc.code!r}) at step {step}; "
+                         f"raise an exception instead") from exc
     except Exception as exc:
-        name = getattr(fn, "__qualname__", type(fn).__name__)
         raise RlkitError(f"{kind} function {name} failed at step {step}: {type(exc).__name__}: {exc}") from exc
 
 

@@ -5,6 +5,11 @@
   must match: the position counts batches of ``train.batch_size`` in permutations drawn from
   ``train.seed`` (another size or seed would silently train on other samples), and weights of
   another architecture do not load.
+* Every other setting that changes the run (the optimizer, the schedule, lengths, the
+  reward, the tokenizer, ...) must match too, unless ``train.resume_config_changes: allow``
+  says the change is intended: one line names each differing key with both values. What only
+  says how long to train, where to write, or how to report (:data:`MAY_CHANGE`) may differ.
+  A checkpoint without ``config.yml`` cannot be checked and is refused the same way.
 * :func:`steps_left`: a checkpoint already at ``train.total_steps`` has nothing left to train;
   the loop must not take one more step.
 """
@@ -34,18 +39,34 @@ MUST_MATCH = {
 }
 
 
+# what a resumed run may change without changing what it trains: its length, its folders,
+# its reports (dotted prefixes)
+MAY_CHANGE = (
+    "train.total_steps", "train.epochs", "train.eval_interval", "train.checkpoint_interval", "train.checkpoint_dir",
+    "train.logging_dir", "train.rollout_logging_dir", "train.resume_from_checkpoint", "train.overwrite_checkpoint_dir",
+    "train.tracker", "train.project_name", "train.run_name", "train.entity_name", "train.group_name", "train.tags",
+    "train.save_best", "train.save_optimizer", "train.stop_on_nonfinite", "train.resume_config_changes",
+    "data.eval_prompts", "metric",
+)
+SWITCH = "train.resume_config_changes=allow"
+
+
 def check_resume_config(checkpoint: str | os.PathLike, config: Any) -> None:
     """Refuse, one line per setting, a resume whose config changes what the checkpoint means."""
     checkpoint = Path(checkpoint)
     saved_path = checkpoint / CONFIG_FILE
+    current = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    allowed = _get(current, "train.resume_config_changes") == "allow"
     if not saved_path.is_file():
-        return  # written before rlkit saved configs with checkpoints: nothing to compare
+        if allowed:
+            return
+        raise ConfigError(f"train.resume_from_checkpoint: {checkpoint} has no {CONFIG_FILE}, so rlkit cannot check that "
+                          f"this run resumes it with the same settings; restore it, or set {SWITCH} to resume anyway")
     try:
         saved = yaml.safe_load(saved_path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise RlkitError(f"{saved_path}: unreadable ({str(exc).splitlines()[0][:100]}); the checkpoint is damaged, "
                          f"resume from an earlier one") from None
-    current = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     errors = []
     for key, why in MUST_MATCH.items():
         then, now = _get(saved, key), _get(current, key)
@@ -59,8 +80,27 @@ def check_resume_config(checkpoint: str | os.PathLike, config: Any) -> None:
         errors.append(f"model.model_path: {', '.join(changed)} differ from {checkpoint}'s model "
                       f"({', '.join(f'{k}={_show(then.get(k))}' for k in changed)}); its weights do not fit another "
                       f"architecture: resume with the same model, or start a new run")
+    if not errors and not allowed:
+        changed = [key for key in sorted(set(_leaves(saved)) | set(_leaves(current)))
+                   if key not in MUST_MATCH and not key.startswith("model.model_path")
+                   and not any(key == p or key.startswith(p + ".") for p in MAY_CHANGE)
+                   and not _same(_get(saved, key), _get(current, key), key)]
+        if changed:
+            shown = "; ".join(f"{k}: {_show(_get(current, k))} (checkpoint: {_show(_get(saved, k))})" for k in changed)
+            errors.append(f"resume: the config differs from {checkpoint}'s in what changes the run: {shown}; resume with "
+                          f"the checkpoint's values, or set {SWITCH} if the change is intended")
     if errors:
         raise ConfigError(errors)
+
+
+def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a nested mapping, down to its non-mapping values."""
+    if not isinstance(tree, dict):
+        return {prefix: tree} if prefix else {}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
 
 
 def steps_left(iter_count: int, total_steps: int) -> int:
@@ -87,7 +127,9 @@ def _get(tree: Any, dotted: str) -> Any:
 def _same(then: Any, now: Any, key: str) -> bool:
     if key == "method.name":
         return str(then).lower().removesuffix("config") == str(now).lower().removesuffix("config")
-    return then == now
+    if isinstance(then, (list, tuple)) and isinstance(now, (list, tuple)):
+        return list(then) == list(now)  # YAML gives lists where the config held tuples
+    return then == now or then is _MISSING and now in (None, {}, []) or now is _MISSING and then in (None, {}, [])
 
 
 def _show(value: Any) -> str:

@@ -21,7 +21,7 @@ from rlkit_core.engine import ModelSpec
 from rlkit_core.errors import ConfigError, RlkitError
 
 from rlkit_methods.common.stats import RunningMoments
-from rlkit_methods.common.validate import check_scores
+from rlkit_methods.common.validate import check_scores, check_token_scores
 from rlkit_methods.data.padding import pad
 from rlkit_methods.loop.batching import pass_batches
 from rlkit_methods.loop.evaluation import call_scorer, on_main
@@ -154,6 +154,7 @@ class PPOTrainer(RLTrainer):
             metadata = {k: v for k, v in batch.items() if k not in NOT_METADATA}
             str_samples, str_prompts, str_outputs = self.decode(prompts, [p + o for p, o in zip(prompts, outputs)])
             scores = self.score_rollouts(str_samples, str_prompts, str_outputs, metadata)
+            check_token_scores(scores, lengths)
             timer["score"] += time.time() - start
 
             start = time.time()
