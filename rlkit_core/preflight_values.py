@@ -99,24 +99,28 @@ def data_kwargs(config: Any, registry: Any) -> list[str]:
         if repeat is not None and (isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT):
             errors.append(f"{where}.repeat: must be a whole number in 1 .. {MAX_REPEAT}, got {repeat!r}; "
                           f"a source repeated that often fits no run")
-        errors += _unknown_kwargs(source, registry, where)
+        errors += _unknown_kwargs("pipeline", source.pipeline or "file", source.kwargs, registry, where)
+    for key in ("reward", "metric"):
+        component = getattr(config, key)
+        if component is not None and component.name:
+            errors += _unknown_kwargs("reward", component.name, component.kwargs, registry, f"{key}.kwargs")
     return errors
 
 
-def _unknown_kwargs(source: Any, registry: Any, where: str) -> list[str]:
+def _unknown_kwargs(kind: str, name: str, kwargs: dict[str, Any], registry: Any, where: str) -> list[str]:
+    """Keys of ``kwargs`` that the registered ``kind`` ``name`` does not take (found by its signature)."""
     from rlkit_core.registry import load_target
 
-    name = source.pipeline or "file"
-    spec = registry.find("pipeline", name) if registry is not None else None
-    if spec is None or not source.kwargs:
+    spec = registry.find(kind, name) if registry is not None and kwargs else None
+    if spec is None:
         return []
     try:
-        target = load_target(spec.target, what=f"pipeline {name!r}")
+        target = load_target(spec.target, what=f"{kind} {name!r}")
         parameters = inspect.signature(target).parameters.values()
     except Exception:  # noqa: BLE001 - a source that does not import is reported by the run
         return []
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
         return []
     accepted = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return [f"{where}.{key}: the source {name!r} takes no such argument; it takes {', '.join(sorted(accepted - {'path'})) or 'none'}"
-            for key in source.kwargs if key not in accepted]
+    return [f"{where}.{key}: {name!r} takes no such argument; it takes {', '.join(sorted(accepted - {'path'})) or 'none'}"
+            for key in kwargs if key not in accepted]

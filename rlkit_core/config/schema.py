@@ -7,6 +7,7 @@ config is structured they run after structuring so that all problems are reporte
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 import attrs
@@ -104,16 +105,26 @@ class TokenizerConfig:
     chat_template: Any = attrs.field(default=None, validator=chat_template_value)
 
 
+_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+
+
+def numbers_in(kwargs: Any) -> Any:
+    """``3e-4`` is a number: YAML 1.1 (and ``--set``) read it as a string without a dot."""
+    if not isinstance(kwargs, dict):
+        return kwargs
+    return {k: float(v) if isinstance(v, str) and _FLOAT.match(v.strip()) else v for k, v in kwargs.items()}
+
+
 @attrs.define
 class OptimizerConfig:
     name: str
-    kwargs: dict[str, Any] = attrs.Factory(dict)
+    kwargs: dict[str, Any] = attrs.field(factory=dict, converter=numbers_in)
 
 
 @attrs.define
 class SchedulerConfig:
     name: str
-    kwargs: dict[str, Any] = attrs.Factory(dict)
+    kwargs: dict[str, Any] = attrs.field(factory=dict, converter=numbers_in)
 
 
 @attrs.define

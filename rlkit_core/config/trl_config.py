@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -112,6 +113,8 @@ class TRLConfig:
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     """Read a YAML config file, with a one-line error for a missing file or broken YAML."""
     path = Path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise ConfigError(f"{path}: not a regular file (a device or a pipe); pass the path of a YAML file")
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found; pass the path of a YAML file")
     try:
@@ -126,9 +129,33 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+MAX_DEPTH = 100  # a config nests a few levels; PyYAML's composer recurses once per level
+MAX_NODES = 100_000  # values after aliases are expanded: a config holds hundreds
+
+
 class _StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader, except that a key given twice in one mapping is an error (plain
-    YAML keeps the last silently: ``lr`` set twice trains with the one you did not look at)."""
+    YAML keeps the last silently: ``lr`` set twice trains with the one you did not look at),
+    nesting deeper than :data:`MAX_DEPTH` or aliases expanding past :data:`MAX_NODES` values
+    (a "billion laughs" document grew ``rlkit config show`` to 6 GB) are errors, and ``3e-4``
+    is a number as YAML 1.2 reads it (YAML 1.1 wants a dot: ``3.0e-4``)."""
+
+    def compose_node(self, parent, index):
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep; a config "
+                                                  f"is a few levels of sections", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None and _expanded_size(node, {}) > MAX_NODES:
+            raise yaml.composer.ComposerError(None, None, f"its aliases (*name) expand to more than {MAX_NODES} values; "
+                                              f"write the values out, or use fewer aliases of aliases", node.start_mark)
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
@@ -145,12 +172,38 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def _expanded_size(node: Any, sizes: dict[int, int]) -> int:
+    """How many values ``node`` stands for once every alias is copied out (each shared node
+    is counted once per use, computed once)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    sizes[id(node)] = 1  # an alias cycle counts once
+    if isinstance(node, yaml.SequenceNode):
+        total = 1 + sum(_expanded_size(child, sizes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total = 1 + sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
+    else:
+        total = 1
+    sizes[id(node)] = min(total, MAX_NODES + 1)
+    return sizes[id(node)]
+
+
+MAX_BYTES = 16 << 20
+
+
 def _config_text(path: Path) -> str:
     """The text of a config file: UTF-8, or UTF-16/32 with a byte-order mark (what some Windows
     editors save); anything else (a binary file) is one error naming the file."""
     import codecs
 
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise ConfigError(f"{path}: {size / 2**20:.0f} MB, and a config is a few KB; pass the YAML config file")
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None

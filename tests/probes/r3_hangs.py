@@ -87,7 +87,7 @@ def cases(tmp: Path) -> list[tuple[str, object]]:
         env = dict(ENV, PYTHONPATH=ENV["PYTHONPATH"] + os.pathsep + str(folder))
 
         def probe():
-            outcome, detail = in_subprocess(args, "", timeout=45, env=env)()
+            outcome, detail = in_subprocess(args, "", timeout=120, env=env)()
             return ("handled", detail) if outcome == "hang" and detail == "accepted" else (outcome, detail)
         return probe
 

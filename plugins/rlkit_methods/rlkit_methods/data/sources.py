@@ -44,13 +44,35 @@ def _pick(row: dict, name: str | None, where: str, what: str) -> str:
     raise ValueError(f"{where}: none of {', '.join(DEFAULT_FIELDS)} found; name one with {what}=...")
 
 
+def read_text(path: Path) -> str:
+    """A data file's text: UTF-8, or UTF-16/32 with a byte-order mark (what some editors save);
+    anything else (a binary file) is one error naming the file."""
+    import codecs
+
+    raw = path.read_bytes()
+    encoding = "utf-8"
+    for bom, name in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+                      (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if raw.startswith(bom):
+            encoding = name
+            break
+    try:
+        text = raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a text file in UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start}); "
+                         f"save it as UTF-8 text") from None
+    if "\x00" in text:
+        raise ValueError(f"{path}: holds NUL bytes, so it is not a text file; save it as UTF-8 text")
+    return text
+
+
 def read_txt(path: Path) -> list[Any]:
-    return [line.rstrip("\r\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [line.rstrip("\r\n") for line in read_text(path).splitlines() if line.strip()]
 
 
 def read_jsonl(path: Path, field: str | None = None, reward_field: str = "reward") -> list[Any]:
     items: list[Any] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
@@ -70,7 +92,9 @@ def read_jsonl(path: Path, field: str | None = None, reward_field: str = "reward
 
 
 def read_csv(path: Path, column: str | None = None, reward_column: str = "reward") -> list[Any]:
-    with path.open(newline="", encoding="utf-8") as handle:
+    import io
+
+    with io.StringIO(read_text(path), newline="") as handle:
         reader = csv.DictReader(handle)
         if not reader.fieldnames:
             raise ValueError(f"{path}: empty CSV; the first row must name the columns")

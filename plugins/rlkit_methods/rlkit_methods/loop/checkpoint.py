@@ -295,6 +295,11 @@ def resolve_resume_path(path: str | os.PathLike) -> Path:
     raise RlkitError(f"train.resume_from_checkpoint: no complete checkpoint at {path}")
 
 
+def complete_checkpoints(root: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, folder) of every complete ``checkpoint_<step>`` in ``root``, in step order."""
+    return sorted((step, path) for step, path in _checkpoints(Path(root)) if is_complete(path))
+
+
 def _checkpoints(root: Path) -> list[tuple[int, Path]]:
     if not root.is_dir():
         return []

@@ -88,6 +88,11 @@ def _rates(records: list[dict[str, Any]], ppo_epochs: int | None) -> dict[str, f
 def summary(run_dir: str | Path, *, checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
     logs = logs_dir(run_dir)
     records = read_metrics(logs)
+    for number, record in enumerate(records, 1):  # what rlkit's log writes; anything else is another file
+        if not isinstance(record.get("kind"), str) or not _is_number(record.get("time")) or not _is_number(record.get("step")):
+            missing = [k for k in ("step", "kind", "time") if k not in record] or ["a valid step, kind or time"]
+            raise RlkitError(f"{logs / METRICS_FILE}: record {number} has no {', '.join(missing)}; not a log rlkit wrote "
+                             f"(rlkit report reads the metrics.jsonl of a run)")
     evals = [r for r in records if r["kind"] == "eval"]
     out: dict[str, Any] = {"logs": logs, "steps": max((r["step"] for r in records), default=0), "evals": evals}
     keys = score_keys(evals) if evals else []

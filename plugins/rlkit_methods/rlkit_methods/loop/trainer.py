@@ -41,6 +41,7 @@ from rlkit_methods.loop.checkpoint import (
     temporary_for,
     write_errors,
 )
+from rlkit_methods.loop.divergence import stop_if_diverged
 from rlkit_methods.loop.metrics_log import MetricsLog
 from rlkit_methods.loop.reporting import BeforeLearn, describe_model, print_samples, progress
 from rlkit_methods.loop.resume import check_resume_config, finished_message, steps_left
@@ -291,6 +292,7 @@ class RLTrainer:
                         return results
                     stats = self.train_step(batches[b])
                     self.iter_count += 1
+                    stop_if_diverged(self, stats)
                     self.after_optimizer_step()
                     self.position = (epoch, inner, b + 1)
                     results = self.after_step(stats)
