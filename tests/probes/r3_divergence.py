@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from r3_common import SFT, check, raises, refuse, validate
+from r3_common import SFT, check, raises, validate
 
 
 def stop_check(stats, step=3, enabled=True):
@@ -48,5 +48,10 @@ def cases(tmp: Path) -> list[tuple[str, object]]:
     add("finite losses go on", fine({"loss": 1.0, "grad_norm": 3.0}))
     add("a NaN reward mean is not a divergence", fine({"loss": 1.0, "reward/mean": math.nan}))
     add("train.stop_on_nonfinite=false goes on", fine({"loss": math.nan}, enabled=False))
-    add("validate knows train.stop_on_nonfinite", refuse(validate(SFT, "train.stop_on_nonfinite=false"), "", accepted="handled"))
+    def switch_known():
+        from probe_bad_inputs import cli
+
+        code, lines = cli(validate(SFT, "train.stop_on_nonfinite=false"))
+        return None if code == 0 else ("unclear", " ".join(lines)[:200])
+    add("validate knows train.stop_on_nonfinite", check(switch_known))
     return probes
