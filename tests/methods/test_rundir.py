@@ -173,3 +173,25 @@ def test_an_earlier_run_of_this_same_process_does_not_block_the_next(tmp_path):
     assert second.lock is not None
     second.release()
     first.release()  # not ours any more: a no-op
+
+
+def test_a_live_holder_is_refused_and_a_reused_pid_is_not(tmp_path):
+    import socket
+
+    import psutil
+
+    root = tmp_path / "ckpts"
+    root.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        created = psutil.Process(child.pid).create_time()
+        holder = {"pid": child.pid, "host": socket.gethostname(), "created": created, "since": 0}
+        (root / LOCK_FILE).write_text(json.dumps(holder))
+        with pytest.raises(RlkitError, match=f"another rlkit run \\(pid {child.pid} "):
+            claim(root, resume=False, overwrite=False, is_main_process=True)
+        # the same pid, started at another time: the lock's process is gone and the pid reused
+        (root / LOCK_FILE).write_text(json.dumps(dict(holder, created=created - 100)))
+        claim(root, resume=False, overwrite=False, is_main_process=True).release()
+    finally:
+        child.kill()
+        child.wait()

@@ -3,8 +3,8 @@
 :func:`claim` is called once per run, before anything is written there (checkpoints, the
 metrics log). On the main process it
 
-* takes ``<checkpoint_dir>/.rlkit-run.lock`` (pid, host, process start time). A lock whose
-  process is gone (a killed run) is stale and taken over; a live one is refused: two runs in
+* takes ``<checkpoint_dir>/.rlkit-run.lock`` (pid, host, process start time as psutil gives
+  it, on every platform). A lock whose process is gone (a killed run) is stale and taken over; a live one is refused: two runs in
   one folder would mix their files. A lock of this same process (an earlier ``train()`` in a
   notebook) is taken over too: runs in one process follow each other.
 * refuses a folder that holds another run's files (``checkpoint_<n>``, ``best_checkpoint``,
@@ -203,7 +203,7 @@ def _same_folder(a: Path, b: Path) -> bool:
 
 def _take_lock(lock: Path) -> Path:
     """Create ``lock`` atomically (a complete file or none: written beside it, then linked)."""
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _process_start(os.getpid()), "since": time.time()}
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "created": _process_start(os.getpid()), "since": time.time()}
     for _ in range(3):
         draft = lock.with_name(f"{lock.name}.{os.getpid()}")
         draft.write_text(json.dumps(me))
@@ -236,6 +236,8 @@ def _read_lock(lock: Path) -> dict[str, Any] | None:
 def _alive(holder: dict[str, Any]) -> bool:
     """Whether the process that wrote a lock still runs. Another host's is taken as alive
     (it cannot be checked from here); a reused pid is told apart by its start time."""
+    import psutil
+
     if holder.get("host") != socket.gethostname():
         return True
     pid = holder.get("pid")
@@ -244,29 +246,23 @@ def _alive(holder: dict[str, Any]) -> bool:
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        process = psutil.Process(pid)
+        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):  # killed, waiting to be reaped
+            return False
+        created = process.create_time()
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.AccessDenied:
         return True  # someone else's process with that pid
-    fields = _proc_stat(pid)
-    if fields is None:
-        return True  # no /proc: the pid exists, take it as the run
-    if fields[0] in ("Z", "X"):  # killed, waiting to be reaped
-        return False
-    return holder.get("start") is None or int(fields[19]) == holder.get("start")
+    started = holder.get("created")
+    return not isinstance(started, (int, float)) or abs(created - started) < 0.01
 
 
-def _process_start(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), else None."""
-    fields = _proc_stat(pid)
-    return int(fields[19]) if fields else None
+def _process_start(pid: int) -> float | None:
+    """When the process started (seconds since the epoch, psutil's), else None."""
+    import psutil
 
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields 3.. of ``/proc/<pid>/stat`` (state, ppid, ...; field 22 is the start time)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
         return None
-    return stat.rsplit(")", 1)[1].split()  # the name in (...) may hold spaces and parentheses
