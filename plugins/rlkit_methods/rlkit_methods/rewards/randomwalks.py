@@ -19,6 +19,7 @@ path at all) scores 1 for a valid finished walk and 0 otherwise.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections import deque
 from typing import Any, Callable
 
@@ -173,3 +174,15 @@ def generate_random_walks(n_nodes: int = 21, max_length: int = 10, n_walks: int 
 
     task = random_walks(seed, n_nodes, max_length, p_edge, n_walks, "|" if gpt2_tokenizer else "")
     return task.metric, task.eval_prompts, list(task.walks), torch.tensor(task.adjacency)
+
+
+def _settings_in_signature(*functions: Callable) -> None:
+    """``**settings`` go on to :func:`random_walks`: their names join each function's signature,
+    so that `rlkit config validate` names a misspelled one (``kwargs`` a source does not take)."""
+    settings = [p.replace(kind=p.KEYWORD_ONLY) for p in inspect.signature(random_walks).parameters.values()]
+    for fn in functions:
+        own = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
+        fn.__signature__ = inspect.Signature(own + settings)
+
+
+_settings_in_signature(randomwalks_metric, randomwalks_reward, randomwalks_prompts, randomwalks_walks)
