@@ -80,6 +80,9 @@ def check_resume_config(checkpoint: str | os.PathLike, config: Any) -> None:
         errors.append(f"model.model_path: {', '.join(changed)} differ from {checkpoint}'s model "
                       f"({', '.join(f'{k}={_show(then.get(k))}' for k in changed)}); its weights do not fit another "
                       f"architecture: resume with the same model, or start a new run")
+    elif then is not _MISSING and now is not _MISSING and then != now:
+        errors.append(f"model.model_path: {_show(now)}, but {checkpoint} was trained from {_show(then)}; its weights "
+                      f"are that model's: resume with model.model_path={_show(then)}, or start a new run")
     if not errors and not allowed:
         changed = [key for key in sorted(set(_leaves(saved)) | set(_leaves(current)))
                    if key not in MUST_MATCH and not key.startswith("model.model_path")
