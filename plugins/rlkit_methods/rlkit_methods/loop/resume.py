@@ -80,20 +80,28 @@ def check_resume_config(checkpoint: str | os.PathLike, config: Any) -> None:
         errors.append(f"model.model_path: {', '.join(changed)} differ from {checkpoint}'s model "
                       f"({', '.join(f'{k}={_show(then.get(k))}' for k in changed)}); its weights do not fit another "
                       f"architecture: resume with the same model, or start a new run")
-    elif then is not _MISSING and now is not _MISSING and then != now:
+    elif isinstance(then, str) and isinstance(now, str) and then != now:  # a folder or hub id (objects from Python are not compared)
         errors.append(f"model.model_path: {_show(now)}, but {checkpoint} was trained from {_show(then)}; its weights "
                       f"are that model's: resume with model.model_path={_show(then)}, or start a new run")
     if not errors and not allowed:
         changed = [key for key in sorted(set(_leaves(saved)) | set(_leaves(current)))
                    if key not in MUST_MATCH and not key.startswith("model.model_path")
                    and not any(key == p or key.startswith(p + ".") for p in MAY_CHANGE)
-                   and not _same(_get(saved, key), _get(current, key), key)]
+                   and _plain(_get(current, key)) and not _same(_get(saved, key), _get(current, key), key)]
         if changed:
             shown = "; ".join(f"{k}: {_show(_get(current, k))} (checkpoint: {_show(_get(saved, k))})" for k in changed)
             errors.append(f"resume: the config differs from {checkpoint}'s in what changes the run: {shown}; resume with "
                           f"the checkpoint's values, or set {SWITCH} if the change is intended")
     if errors:
         raise ConfigError(errors)
+
+
+def _plain(value: Any) -> bool:
+    """A value as YAML holds it; objects given from Python (a tokenizer, a transformers
+    config) are saved as their repr and cannot be compared."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return value is _MISSING or value is None or isinstance(value, (str, int, float, bool))
 
 
 def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
