@@ -80,7 +80,7 @@ def check_resume_config(checkpoint: str | os.PathLike, config: Any) -> None:
         errors.append(f"model.model_path: {', '.join(changed)} differ from {checkpoint}'s model "
                       f"({', '.join(f'{k}={_show(then.get(k))}' for k in changed)}); its weights do not fit another "
                       f"architecture: resume with the same model, or start a new run")
-    elif isinstance(then, str) and isinstance(now, str) and then != now:  # a folder or hub id (objects from Python are not compared)
+    elif isinstance(then, (str, dict)) and isinstance(now, (str, dict)) and then != now:  # objects from Python are not compared
         errors.append(f"model.model_path: {_show(now)}, but {checkpoint} was trained from {_show(then)}; its weights "
                       f"are that model's: resume with model.model_path={_show(then)}, or start a new run")
     if not errors and not allowed:
