@@ -81,6 +81,7 @@ def cli_out(args: list[str]) -> tuple[int, str, str]:
 
     out, err = io.StringIO(), io.StringIO()
     app = sys.modules["rlkit_core.cli.app"]
+    previous = app.err_console._file  # None: rich follows sys.stderr
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         app.err_console.file = err
         try:
@@ -88,7 +89,7 @@ def cli_out(args: list[str]) -> tuple[int, str, str]:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         finally:
-            app.err_console.file = sys.__stderr__
+            app.err_console._file = previous
     return code, out.getvalue(), err.getvalue()
 
 

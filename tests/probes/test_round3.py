@@ -28,6 +28,18 @@ def _params():
         yield pytest.param(probe, id=f"{cls}: {name}", marks=marks)
 
 
+@pytest.fixture(autouse=True)
+def _stderr_followed_again():
+    """probe_bad_inputs.cli points rlkit's error console at the real stderr; the tests after
+    these need it to follow sys.stderr (capsys) again."""
+    import rlkit_core.cli  # noqa: F401 - its `app` attribute is the Typer app, not the module
+
+    app = sys.modules["rlkit_core.cli.app"]
+    previous = app.err_console._file
+    yield
+    app.err_console._file = previous
+
+
 @pytest.mark.parametrize("probe", list(_params()))
 def test_round3_probe(probe):
     outcome, detail = probe()
