@@ -131,6 +131,19 @@ def cases(tmp: Path) -> list[tuple[str, object]]:
     add("reward fn raises SystemExit(0)", system_exit(0))
     add("reward fn raises SystemExit(None)", system_exit(None))
 
+    def tokenizes_to_nothing(samples):
+        def fn():
+            from rlkit_methods.data.tokenizers import randomwalks_tokenizer
+            from rlkit_methods.sft.store import make_sft_experience
+
+            make_sft_experience(samples, randomwalks_tokenizer())
+        return not_ignored(fn, "tokenizes to no tokens")
+
+    add("SFT samples that tokenize to nothing", tokenizes_to_nothing(["zzz", "ab"]))
+    add("SFT dialogue whose output tokenizes to nothing", tokenizes_to_nothing([["a", "zzz"]]))
+    add("SFT samples the tokenizer knows", check(lambda: __import__("rlkit_methods.sft.store", fromlist=["x"]).make_sft_experience(
+        ["ab", ["a", "bc"]], __import__("rlkit_methods.data.tokenizers", fromlist=["x"]).randomwalks_tokenizer()) and None))
+
     # --- config values ---------------------------------------------------------------------
     samples_file = write(tmp / "samples.txt", "ab\ncd\nef\n")
     for config, key, expect in [

@@ -36,6 +36,7 @@ def tokenize_dialogue(dialogue: str | Sequence[str], tokenizer: Any, max_length:
         if len(dialogue) % 2:
             raise ValueError(f"a dialogue needs an even number of turns [prompt, output, ...], got {len(dialogue)}")
     eos = tokenizer.eos_token
+    given = list(dialogue)
     if eos and not dialogue[-1].endswith(eos):
         dialogue[-1] = dialogue[-1] + eos
 
@@ -43,6 +44,11 @@ def tokenize_dialogue(dialogue: str | Sequence[str], tokenizer: Any, max_length:
         DialogMessage(is_output=i % 2 == 1, tokens=tuple(tokenizer(turn, add_special_tokens=False).input_ids))
         for i, turn in enumerate(dialogue)
     ]
+    for i, (turn, message) in enumerate(zip(given, messages)):
+        # text the tokenizer knows none of: the turn trains nothing (an output, only its EOS)
+        if turn.strip() and len(message.tokens) <= int(dialogue[i] != turn) and not tokenizer(turn, add_special_tokens=False).input_ids:
+            raise ValueError(f"{turn[:30]!r} tokenizes to no tokens: the tokenizer knows none of its characters; "
+                             f"check the samples against the tokenizer (tokenizer.tokenizer_path)")
     total = sum(len(m.tokens) for m in messages)
     left = getattr(tokenizer, "truncation_side", "right") == "left"
     if total > max_length:
