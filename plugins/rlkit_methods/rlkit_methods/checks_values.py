@@ -28,14 +28,18 @@ def generation_values(path: str, kwargs: dict[str, Any]) -> list[str]:
 
     if "top_p" in kwargs and any((v := _num(x)) is None or not 0 < v <= 1 for x in values("top_p")):
         bad("top_p", "a number in (0, 1] (the probability mass kept)")
-    if "top_k" in kwargs and any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in values("top_k")):
+    def whole(x: Any, low: int, high: float = math.inf) -> bool:  # trlX's configs write top_k: 0.0
+        v = _num(x)
+        return v is not None and math.isfinite(v) and v == int(v) and low <= v <= high
+
+    if "top_k" in kwargs and not all(whole(x, 0) for x in values("top_k")):
         bad("top_k", "a whole number >= 0 (0 keeps every token)")
     if "temperature" in kwargs and any((v := _num(x)) is None or not (math.isfinite(v) and v > 0) for x in values("temperature")):
         bad("temperature", "a finite number > 0")
     if "repetition_penalty" in kwargs and any((v := _num(x)) is None or not (math.isfinite(v) and v > 0) for x in values("repetition_penalty")):
         bad("repetition_penalty", "a finite number > 0 (1.0 is none)")
     for key in ("num_beams", "num_return_sequences"):
-        if key in kwargs and any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_BEAMS for x in values(key)):
+        if key in kwargs and not all(whole(x, 1, MAX_BEAMS) for x in values(key)):
             bad(key, f"a whole number in 1 .. {MAX_BEAMS}")
     return errors
 
