@@ -24,7 +24,7 @@ SLOW = ("python -m", "rlkit (console script)", "entry-point plugin", "non-daemon
 
 def _params():
     for cls, name, probe in all_probes(_TMP):
-        marks = [pytest.mark.slow] if name.startswith(SLOW) or cls == "hangs" and "YAML" in name else []
+        marks = [pytest.mark.slow] if any(part in name for part in SLOW) else []
         yield pytest.param(probe, id=f"{cls}: {name}", marks=marks)
 
 
