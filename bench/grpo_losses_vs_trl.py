@@ -4,7 +4,7 @@
 
 Runs in the GRPO peer's venv (``bench/run.py --cases grpo`` creates it; TRL 1.16.0, no
 rlkit there). rlkit's side is ``plugins/rlkit_methods/rlkit_methods/grpo/losses.py``, loaded
-by file (it needs only torch). TRL's side is TRL's trainers themselves, built on a tiny
+by file with the KL estimators it imports (``common/kl.py``; both need only torch). TRL's side is TRL's trainers themselves, built on a tiny
 Llama saved to a temporary folder with ByT5's byte tokenizer (no files from a hub):
 
 * losses: ``GRPOTrainer.training_step`` / ``RLOOTrainer.training_step`` (their ``_compute_loss``
@@ -36,13 +36,20 @@ ADV_TOL = 1e-5  # float32 rewards, as both sides compute advantages
 G, B, T, MAX_LEN = 3, 6, 8, 10  # group size, rows, padded completion width, max_completion_length (> T: dr_grpo)
 
 
-def rlkit_losses():
-    spec = importlib.util.spec_from_file_location("rlkit_grpo_losses", LOSSES)
-    if spec is None or not LOSSES.is_file():
-        raise SystemExit(f"grpo_losses_vs_trl: {LOSSES} not found; run from an rlkit checkout")
+def load_file(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or not path.is_file():
+        raise SystemExit(f"grpo_losses_vs_trl: {path} not found; run from an rlkit checkout")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def rlkit_losses():
+    # losses.py imports the estimators as rlkit_methods.common.kl: the file, without the package
+    load_file("rlkit_methods.common.kl", LOSSES.parents[1] / "common" / "kl.py")
+    return load_file("rlkit_grpo_losses", LOSSES)
 
 
 def tiny_model(folder: Path) -> str:

@@ -94,7 +94,7 @@ def main() -> None:
 
     model = trainer.unwrapped_model
     timer.wrap(trainer, "generate", "rollout/generate")
-    timer.wrap(trainer, "score_rollouts", "rollout/reward")
+    timer.wrap(trainer, "score_samples", "rollout/reward")
     timer.wrap(model, "forward_trunk", grad_phase("rollout/trunk", "train/trunk forward"))
     timer.wrap(model, "forward_top", grad_phase("rollout/top+value", "train/top+value forward"))
     timer.wrap(model, "forward_reference", "rollout/reference")

@@ -1,4 +1,16 @@
-"""KL controllers for PPO's per-token KL penalty (no torch needed).
+"""KL estimators and controllers, written once for every method (no torch import).
+
+Estimators (Schulman 2020, "Approximating KL divergence"), per token, for KL(p || q) from
+samples x ~ p, given ``log_ratio = log p(x) - log q(x)`` (a tensor)::
+
+    k1 = log p(x) - log q(x)                    unbiased, can be negative
+    k3 = (q(x)/p(x) - 1) - log(q(x)/p(x))        unbiased, always >= 0
+
+PPO's KL penalty is k1 of the policy against the reference; GRPO's KL term is k3 of the same.
+The ``approx_kl`` statistics (trlX's, kept for their figures) and PPO's logged KL are k3 with
+the ratio the other way round: ``k3(-log_ratio) = (r - 1) - log r`` with ``r = p/q``.
+
+KL controllers for PPO's per-token KL penalty:
 
 Adaptive controller (Ziegler et al. 2019, "Fine-Tuning Language Models from Human
 Preferences", §2.2)::
@@ -13,6 +25,16 @@ that phase (trlX called it after every backward pass with ``n_steps = batch_size
 from __future__ import annotations
 
 import math
+
+
+def k1(log_ratio):
+    """k1 = log p - log q per token (the log-ratio itself)."""
+    return log_ratio
+
+
+def k3(log_ratio):
+    """k3 = (q/p - 1) - log(q/p) per token, >= 0, from ``log_ratio = log p - log q``."""
+    return (-log_ratio).expm1() + log_ratio
 
 
 class AdaptiveKLController:

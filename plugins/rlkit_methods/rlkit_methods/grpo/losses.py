@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import torch
 
+from rlkit_methods.common.kl import k1, k3
+
 # the config's choices (grpo/config.py); this module needs only torch, so bench/ can load it by file
 SCALE_REWARDS = ("group", "batch", "none")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -115,7 +117,7 @@ def rloo_kl_rewards(
     Returns ``(rewards (N,), kl (N,))``.
     """
     m = mask.to(old_logprobs.dtype)
-    kl = torch.where(m.bool(), old_logprobs - ref_logprobs, torch.zeros_like(old_logprobs)).sum(dim=1)  # (N,)
+    kl = torch.where(m.bool(), k1(old_logprobs - ref_logprobs), torch.zeros_like(old_logprobs)).sum(dim=1)  # (N,)
     return rewards.float() - beta * kl, kl
 
 
@@ -124,8 +126,7 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 
         kl_t = exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1
     """
-    delta = ref_logprobs - logprobs  # (B, T)
-    return torch.expm1(delta) - delta
+    return k3(logprobs - ref_logprobs)  # (B, T)
 
 
 def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
@@ -221,7 +222,7 @@ def grpo_loss(
         stats = {
             "losses/total_loss": loss.item(),
             "losses/policy_loss": aggregate(policy.detach(), m, loss_type, **norm).item(),
-            "policy/approx_kl": _masked_mean(torch.expm1(log_ratio) - log_ratio, m).item(),
+            "policy/approx_kl": _masked_mean(k3(-log_ratio), m).item(),
             "policy/clipfrac": _masked_mean((low | high).to(m.dtype), m).item(),
             "clip_ratio/low_mean": _masked_mean(low.to(m.dtype), m).item(),
             "clip_ratio/high_mean": _masked_mean(high.to(m.dtype), m).item(),
@@ -264,7 +265,7 @@ def rloo_loss(
         stats = {
             "losses/total_loss": loss.item(),
             "losses/policy_loss": loss.item(),
-            "policy/approx_kl": (torch.expm1(log_ratio) - log_ratio).mean().item(),
+            "policy/approx_kl": k3(-log_ratio).mean().item(),
             "policy/clipfrac": (low | high).float().mean().item(),
             "clip_ratio/low_mean": low.float().mean().item(),
             "clip_ratio/high_mean": high.float().mean().item(),

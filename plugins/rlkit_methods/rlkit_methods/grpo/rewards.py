@@ -13,8 +13,8 @@ from typing import Any, Callable, Sequence
 
 from rlkit_core.errors import ConfigError, RlkitError
 
+from rlkit_methods.common.scoring import call_scorer
 from rlkit_methods.common.validate import check_scores
-from rlkit_methods.loop.evaluation import call_scorer
 
 
 def function_name(fn: Callable) -> str:

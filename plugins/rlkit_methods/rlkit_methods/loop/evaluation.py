@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from rlkit_core.errors import ConfigError, RlkitError
 
+from rlkit_methods.common.scoring import call_scorer, score_on_main, scorer_arguments
 from rlkit_methods.loop.batching import eval_batches
 
 NOT_METADATA = ("input_ids", "attention_mask", "position_ids")
@@ -30,38 +31,6 @@ def generation_settings(gen_kwargs: dict[str, Any], tokenizer) -> tuple[dict[str
     kwargs.setdefault("eos_token_id", tokenizer.eos_token_id)
     kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
     return kwargs, sweep
-
-
-def call_scorer(fn: Callable, kind: str, step: int, samples, prompts, outputs, metadata, tokenizer):
-    """Call a reward or metric function trlX's way; a failure names the function and the step."""
-    from rlkit_methods.loop.heartbeat import heartbeat
-
-    name = getattr(fn, "__qualname__", type(fn).__name__)
-    try:
-        with heartbeat(f"{kind} function {name} (step {step})"):
-            return fn(samples=samples, prompts=prompts, outputs=outputs, tokenizer=tokenizer, **metadata)
-    except SystemExit as exc:  # the run's exit code is rlkit's to give: sys.exit(0) here is no success
-        raise RlkitError(f"{kind} function {name} called sys.exit({exc.code!r}) at step {step}; "
-                         f"raise an exception instead") from exc
-    except Exception as exc:
-        raise RlkitError(f"{kind} function {name} failed at step {step}: {type(exc).__name__}: {exc}") from exc
-
-
-def on_main(engine, compute: Callable[[], Any]) -> Any:
-    """``compute()`` on the main process, its result on every rank. An error there reaches
-    every rank as one (the others would otherwise wait in the broadcast until it times out)."""
-    result, error = None, None
-    if engine.is_main_process:
-        try:
-            result = compute()
-        except Exception as exc:  # re-raised below, on every rank
-            error = exc
-    shared = engine.broadcast_object({"error": str(error)} if error is not None else {"result": result})
-    if error is not None:
-        raise error
-    if "error" in shared:
-        raise RlkitError(shared["error"])
-    return shared["result"]
 
 
 def generate_rows(trainer, extra_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -89,11 +58,11 @@ def score_rows(trainer, rows: list[dict[str, Any]], suffix: str) -> tuple[dict[s
     stats: dict[str, Any] = {}
     prompts = [r["prompt_ids"] for r in rows]
     str_samples, str_prompts, str_outputs = trainer.decode(prompts, [r["prompt_ids"] + r["output_ids"] for r in rows])
-    metadata = {k: [r["metadata"][k] for r in rows] for k in (rows[0]["metadata"] if rows else {})}
     out = [{"prompt": p, "output": o} for p, o in zip(str_prompts, str_outputs)]
-    def score() -> dict[str, Any]:
+
+    def score(flat) -> dict[str, Any]:
         result: dict[str, Any] = {}
-        args = (str_samples, str_prompts, str_outputs, metadata, trainer.tokenizer)
+        args = (*scorer_arguments(flat), trainer.tokenizer)
         if trainer.reward_fn is not None:
             rewards = check_scores(call_scorer(trainer.reward_fn, "reward", trainer.iter_count, *args), len(rows))
             result["rewards"] = [float(sum(r)) if isinstance(r, (list, tuple)) else float(r) for r in rewards]
@@ -102,7 +71,9 @@ def score_rows(trainer, rows: list[dict[str, Any]], suffix: str) -> tuple[dict[s
                                               trainer.metric_fn, len(rows))
         return result
 
-    result = on_main(trainer.engine, score)
+    # every rank holds every row already (generate_rows gathered them)
+    texts = list(zip(str_samples, str_prompts, str_outputs, [r["metadata"] for r in rows]))
+    result = score_on_main(trainer.engine, texts, score, gathered=True)
     if "rewards" in result:
         stats[f"reward/mean{suffix}"] = sum(result["rewards"]) / max(len(result["rewards"]), 1)
         for row, reward in zip(out, result["rewards"]):

@@ -7,11 +7,12 @@ function multiplies by ``mask`` before reducing, so padding never changes a resu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
-from rlkit_methods.common.stats import flatten_dict, masked_mean, tensor_stats, whiten
+from rlkit_methods.common.kl import k1, k3
+from rlkit_methods.common.stats import AllReduce, flatten_dict, masked_mean, tensor_stats, whiten
 
 
 def gae_advantages_and_returns(
@@ -47,10 +48,40 @@ def gae_advantages_and_returns(
     return advantages, returns
 
 
+def phase_advantages_and_returns(
+    values: Sequence[torch.Tensor],
+    rewards: Sequence[torch.Tensor],
+    gamma: float,
+    lam: float,
+    *,
+    all_reduce: AllReduce = None,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """GAE for every rollout of a phase, advantages whitened over all of the phase's
+    response tokens (every rank's, given ``all_reduce``, the engine's sum over ranks)::
+
+        A, R = gae_advantages_and_returns(V, r)      per rollout
+        A    <- (A - mean(A)) / sqrt(var(A) + 1e-8)  over the phase (returns stay unwhitened)
+
+    Once per phase, before any step: the update then uses the same advantages however an
+    engine splits a step into micro-batches. ``values`` and ``rewards``: one (R_i,) tensor per
+    rollout; returns one (R_i,) advantages and one returns tensor per rollout."""
+    lengths = [int(v.shape[0]) for v in values]
+    if not lengths:  # no rollouts here: still take part in the other ranks' sums
+        empty = torch.zeros(0, 0)
+        whiten(empty, empty, all_reduce=all_reduce)
+        return [], []
+    V = torch.nn.utils.rnn.pad_sequence(list(values), batch_first=True).float()  # (N, T)
+    r = torch.nn.utils.rnn.pad_sequence(list(rewards), batch_first=True).float()  # (N, T)
+    mask = (torch.arange(V.shape[1]).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()  # (N, T)
+    advantages, returns = gae_advantages_and_returns(V, r, gamma, lam, mask)
+    advantages = whiten(advantages, mask, all_reduce=all_reduce)  # (N, T)
+    return [a[:n] for a, n in zip(advantages, lengths)], [g[:n] for g, n in zip(returns, lengths)]
+
+
 def approx_kl_k3(log_ratio: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Schulman's unbiased, always-positive estimator of KL: E[(r - 1) - log r], r = p/q."""
-    kl = torch.expm1(log_ratio) - log_ratio  # (B, T)
-    return masked_mean(kl, mask)
+    """trlX's ``approx_kl``: the masked mean of (r - 1) - log r, r = p/q (k3 of
+    :mod:`rlkit_methods.common.kl` with the ratio inverted)."""
+    return masked_mean(k3(-log_ratio), mask)
 
 
 def policy_loss(
@@ -160,8 +191,8 @@ def kl_penalty_rewards(
         empty = int(torch.nonzero(lengths == 0)[0])
         raise ValueError(f"rollout {empty}: empty response (no generated token); keep the EOS token in the mask")
     log_ratio = (logprobs - ref_logprobs) * m  # (B, T)
-    kl = ((torch.expm1(log_ratio) - log_ratio) * m).sum(1)  # (B,)
-    rewards = -kl_coef * log_ratio  # (B, T)
+    kl = (k3(-log_ratio) * m).sum(1)  # (B,)
+    rewards = -kl_coef * k1(log_ratio)  # (B, T)
     scores = scores.to(rewards.dtype)
     if scores.dim() == 1:
         last = (lengths - 1).unsqueeze(1)  # (B, 1)

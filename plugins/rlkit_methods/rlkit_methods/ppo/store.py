@@ -23,7 +23,9 @@ from rlkit_methods.data.padding import pad, position_ids_from_mask
 @dataclass
 class PPORLElement:
     """One rollout. ``response_tensor`` holds the sampled ids up to and including EOS (no
-    padding); ``logprobs``, ``values`` and ``rewards`` have one entry per response token.
+    padding); ``logprobs``, ``values`` and ``rewards`` have one entry per response token, and
+    so do ``advantages`` (GAE, whitened over the whole rollout phase) and ``returns`` once the
+    phase is complete (:func:`rlkit_methods.ppo.losses.phase_advantages_and_returns`).
     ``query_mask`` marks the real prompt tokens when ``query_tensor`` carries padding."""
 
     query_tensor: torch.Tensor  # (Q,)
@@ -35,6 +37,8 @@ class PPORLElement:
     # the frozen trunk's output over the real prompt and response tokens, kept from the rollout
     # so each PPO epoch runs only the trainable top (the trunk's weights never change)
     trunk: Optional[torch.Tensor] = None  # (Q_real + R, H)
+    advantages: Optional[torch.Tensor] = None  # (R,)
+    returns: Optional[torch.Tensor] = None  # (R,)
 
 
 @dataclass
@@ -48,6 +52,14 @@ class PPORLBatch:
     attention_mask: torch.Tensor  # (B, Q + R)
     position_ids: torch.Tensor  # (B, Q + R)
     trunk: Optional[torch.Tensor] = None  # (B, Q + R, H), padded like the tokens (zeros)
+    advantages: Optional[torch.Tensor] = None  # (B, R)
+    returns: Optional[torch.Tensor] = None  # (B, R)
+
+    @property
+    def rollouts(self) -> "PPORLBatch":
+        """The batch itself: a loss written for the trainer's former ``PPOTrainBatch``
+        (``batch.rollouts.values``) reads the same fields."""
+        return self
 
 
 def response_mask(responses: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
@@ -78,10 +90,11 @@ def ppo_collate_fn(padding_side: str, pad_token_id: int, elems: Iterable[PPORLEl
         n = e.response_tensor.shape[0]  # .shape, not len(): len() of a tensor costs ~20x more, per element per step
         if not n:
             raise ValueError(f"rollout {i}: empty response; keep at least the EOS token")
-        if not (e.logprobs.shape[0] == e.values.shape[0] == e.rewards.shape[0] == n):
+        extra = [t.shape[0] for t in (e.advantages, e.returns) if t is not None]
+        if not (e.logprobs.shape[0] == e.values.shape[0] == e.rewards.shape[0] == n) or any(k != n for k in extra):
             raise ValueError(
                 f"rollout {i}: response has {n} tokens but {len(e.logprobs)} logprobs, "
-                f"{len(e.values)} values and {len(e.rewards)} rewards; give one per response token"
+                f"{len(e.values)} values and {len(e.rewards)} rewards (advantages, returns: {extra}); give one per response token"
             )
         query = e.query_tensor if e.query_mask is None else e.query_tensor[e.query_mask.bool()]
         queries.append(query)
@@ -97,6 +110,9 @@ def ppo_collate_fn(padding_side: str, pad_token_id: int, elems: Iterable[PPORLEl
             raise ValueError("rollouts: a trunk must cover each rollout's prompt and response tokens, in every rollout or none")
         trunk = torch.cat([pad([e.trunk[: len(q)] for e, q in zip(elems, queries)], 0.0, padding_side),
                            pad([e.trunk[len(q):] for e, q in zip(elems, queries)], 0.0, "right")], dim=1)
+    kept = [e.advantages is not None and e.returns is not None for e in elems]
+    if any(kept) and not all(kept):
+        raise ValueError("rollouts: advantages and returns must be set on every rollout of a batch or on none")
     return PPORLBatch(
         query_tensors=query_tensors,
         response_tensors=pad([e.response_tensor for e in elems], pad_token_id, "right"),
@@ -107,6 +123,8 @@ def ppo_collate_fn(padding_side: str, pad_token_id: int, elems: Iterable[PPORLEl
         attention_mask=attention_mask,
         position_ids=position_ids_from_mask(attention_mask),
         trunk=trunk,
+        advantages=pad([e.advantages for e in elems], 0.0, "right") if all(kept) and elems else None,
+        returns=pad([e.returns for e in elems], 0.0, "right") if all(kept) and elems else None,
     )
 
 

@@ -18,31 +18,28 @@ built the selection before counting the epoch, so its first two epochs both used
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
 
 from rlkit_core.engine import ModelSpec
-from rlkit_core.errors import ConfigError, RlkitError
+from rlkit_core.errors import ConfigError
 
-from rlkit_methods.common.validate import check_scores
-from rlkit_methods.loop.evaluation import call_scorer, on_main
-from rlkit_methods.loop.trainer import RLTrainer
+from rlkit_methods.online import OnlineTrainer, PhaseTimer, Samples
 from rlkit_methods.rft.selection import add_generations, is_growth_step, select_samples
 from rlkit_methods.rft.store import make_rft_store
 from rlkit_methods.sft.losses import output_nll
 
 
-class RFTTrainer(RLTrainer):
+class RFTTrainer(OnlineTrainer):
     method_name = "rft"
     forward_kind = "tokens"
+    shard_store = True  # every rank holds the same selection: split it like an offline store
 
     def __init__(self, config, reward_fn=None, **kwargs):
         super().__init__(config, reward_fn=reward_fn, **kwargs)
         if self.engine.is_seq2seq:
             raise ConfigError("model.model_arch_type: RFT trains causal LMs (as trlX's); use causal, or SFT/PPO for seq2seq")
-        self.prompt_pipeline = None
         self.pool: dict[str, list[tuple[str, float]]] = {}  # prompt -> [(output, score)], kept across growth steps
         self.epoch_count = 0
         self.store = None
@@ -50,13 +47,10 @@ class RFTTrainer(RLTrainer):
     def model_spec(self) -> ModelSpec:
         return ModelSpec("lm", num_layers_unfrozen=self.config.model.num_layers_unfrozen)
 
-    def add_prompt_pipeline(self, pipeline) -> None:
-        self.prompt_pipeline = pipeline
-
     # --- experience ----------------------------------------------------------------------------
 
-    def sample_prompts(self) -> tuple[list[str], list[str]]:
-        """``n_generations_per_prompt`` samples of each of this rank's prompts: (prompts, outputs).
+    def sample_prompts(self, timer: PhaseTimer) -> Samples:
+        """``n_generations_per_prompt`` samples of each of this rank's prompts.
 
         Each generation call holds ``train.batch_size`` (prompt, repeat) rows, as many rows as
         trlX's calls held prompts, so the same memory makes fewer, fuller calls."""
@@ -64,64 +58,43 @@ class RFTTrainer(RLTrainer):
         indices = list(range(engine.process_index, len(pipeline), engine.num_processes))
         rows = [i for i in indices for _ in range(method.n_generations_per_prompt)]
         size = self.config.train.batch_size
-        eos = self.tokenizer.eos_token_id
-        prompts, outputs = [], []
+        samples = Samples()
         for start in range(0, len(rows), size):
-            batch = pipeline.collate([pipeline[i] for i in rows[start : start + size]])
-            width = batch["input_ids"].shape[1]
-            prompt_ids = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
-            samples = self.generate(batch["input_ids"], batch["attention_mask"])
-            new = [row[width:].tolist() for row in samples]
-            new = [o[: o.index(eos) + 1] if eos in o else o for o in new]  # nothing after EOS
-            _, str_prompts, str_outputs = self.decode(prompt_ids, [p + o for p, o in zip(prompt_ids, new)],
-                                                      append_eos_token=True)
-            prompts += str_prompts
-            outputs += str_outputs
-        return prompts, outputs
+            samples.extend(self.sample(pipeline.collate([pipeline[i] for i in rows[start : start + size]]), timer))
+        samples.metadata = [{} for _ in samples.prompts]  # trlX's RFT gives its reward function no metadata
+        return samples
 
-    def score(self, prompts: list[str], outputs: list[str]) -> tuple[list[str], list[str], list[float]]:
+    def score(self, samples: Samples) -> tuple[list[str], list[str], list[float]]:
         """Every rank's samples, scored once on the main process; the same lists on every rank."""
-        engine = self.engine
-        everything = engine.gather_object(list(zip(prompts, outputs)))
-
-        def score():
-            pairs = [pair for part in everything for pair in part]
-            all_prompts, all_outputs = [p for p, _ in pairs], [o for _, o in pairs]
-            scores = call_scorer(self.reward_fn, "reward", self.iter_count, [p + o for p, o in pairs], all_prompts,
-                                 all_outputs, {}, self.tokenizer)
-            scores = check_scores(scores, len(pairs))
+        def score(rows) -> list[tuple[str, str, float]]:
+            scores = self.reward_scores(rows)
             if any(isinstance(s, list) for s in scores):
                 raise ConfigError("reward: RFT ranks whole samples; give one score per sample, not one per token")
-            return all_prompts, all_outputs, [float(s) for s in scores]
+            return [(row[1], row[2], float(s)) for row, s in zip(rows, scores)]
 
-        return on_main(engine, score)
+        scored = self.score_samples(samples, score, mine=False, append_eos_token=True)
+        return [p for p, _, _ in scored], [o for _, o, _ in scored], [s for _, _, s in scored]
 
     @torch.no_grad()
     def make_experience(self, num_rollouts: Any = None, iter_count: int = 0) -> None:
         """Grow the pool on a growth step, then select this epoch's store. (``num_rollouts`` is
         ``train()``'s argument for online methods; RFT samples a fixed number per prompt.)"""
-        if self.reward_fn is None:
-            raise ConfigError("reward: RFT needs a reward function to score its samples (train(reward_fn=...) or reward: in the config)")
-        if self.prompt_pipeline is None:
-            raise RlkitError("RFT has no prompts: call add_prompt_pipeline (train() does) before make_experience")
+        self.check_ready()
         method = self.config.method
         stats: dict[str, float] = {}
+        timer = None
         if is_growth_step(self.epoch_count, method.n_improve_steps) or not self.pool:
             if self.progress_bar is not None:
                 self.progress_bar.show_phase("rollout")
-            start = time.time()
-            prompts, outputs = self.sample_prompts()
-            stats["time/rollout_generate"] = time.time() - start
-            start = time.time()
-            prompts, outputs, scores = self.score(prompts, outputs)
-            stats["time/rollout_score"] = time.time() - start
+            timer = PhaseTimer(("generate", "score"))
+            samples = self.sample_prompts(timer)
+            with timer.time("score"):
+                prompts, outputs, scores = self.score(samples)
             add_generations(self.pool, prompts, outputs, scores)
             stats["rollout_scores/mean"] = sum(scores) / len(scores)
         self.select()
         stats.update(self.selection_stats)
-        self.metrics_log.write(self.iter_count, "rollout", stats)
-        self.hooks.rlkit_rollouts_made(trainer=self, step=self.iter_count, num_rollouts=len(self.store), stats=stats,
-                                       is_main_process=self.is_main_process)
+        self.finish_phase(stats, timer)
 
     def select(self) -> None:
         """This epoch's store: the pooled samples above their prompt's threshold."""

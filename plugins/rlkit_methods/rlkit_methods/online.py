@@ -1,0 +1,207 @@
+"""``OnlineTrainer``: the rollout scaffolding PPO, GRPO, RLOO and RFT share.
+
+A rollout phase takes chunks of this rank's prompts (a new shuffled pass when one ends),
+samples them, keeps each response up to EOS or the token that completes a stop sequence
+(``truncated`` when neither came), scores every rank's samples once on the main process
+(:func:`rlkit_methods.common.scoring.score_on_main`, which evaluation uses too), pads prompts
+and responses into the engine's ``response`` batch, and records the phase's stats with its
+timers and tokens/s. A method supplies what it makes of the samples.
+
+It lives beside the methods, not in ``loop/``: the loop is run management every method
+shares (offline ones too); this is what only online methods do.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from rlkit_core.errors import ConfigError, RlkitError
+
+from rlkit_methods.common.scoring import ScoreRow, call_scorer, score_on_main, scorer_arguments
+from rlkit_methods.common.validate import check_scores
+from rlkit_methods.data.padding import pad
+from rlkit_methods.loop.batching import pass_batches
+from rlkit_methods.loop.evaluation import NOT_METADATA
+from rlkit_methods.loop.trainer import RLTrainer
+
+
+@dataclass
+class Samples:
+    """Sampled responses of one call (or several, :meth:`extend`), one entry per row."""
+
+    prompts: list[list[int]] = field(default_factory=list)  # the prompt's real ids
+    outputs: list[list[int]] = field(default_factory=list)  # kept response ids (at least one)
+    truncated: list[bool] = field(default_factory=list)  # hit max_new_tokens without EOS or a stop sequence
+    metadata: list[dict[str, Any]] = field(default_factory=list)  # the prompt's extra columns
+
+    def extend(self, other: "Samples") -> None:
+        for name in ("prompts", "outputs", "truncated", "metadata"):
+            getattr(self, name).extend(getattr(other, name))
+
+    def __len__(self) -> int:
+        return len(self.outputs)
+
+
+class PhaseTimer:
+    """Seconds and tokens per rollout phase part, reported as ``time/rollout_<part>`` and
+    ``tokens_per_second/<part>``."""
+
+    def __init__(self, parts: tuple[str, ...] = ("generate", "score", "forward")):
+        self.seconds = {part: 0.0 for part in parts}
+        self.tokens = {"generate": 0, "forward": 0}
+
+    @contextmanager
+    def time(self, part: str):
+        start = time.time()
+        try:
+            yield
+        finally:
+            self.seconds[part] += time.time() - start
+
+    def stats(self) -> dict[str, float]:
+        stats = {f"time/rollout_{part}": seconds for part, seconds in self.seconds.items()}
+        for part, count in self.tokens.items():
+            if count:
+                stats[f"tokens_per_second/{part}"] = count / max(self.seconds.get(part, 0.0), 1e-9)
+        return stats
+
+
+class OnlineTrainer(RLTrainer):
+    """A trainer that samples its own data from prompts and scores it with a reward function."""
+
+    shard_store = False  # each rank trains on its own rollouts
+
+    def __init__(self, config, reward_fn=None, **kwargs):
+        super().__init__(config, reward_fn=reward_fn, **kwargs)
+        self.prompt_pipeline = None
+        self.prompt_position = (0, 0)  # (pass over the prompts, next chunk)
+
+    def add_prompt_pipeline(self, pipeline) -> None:
+        self.prompt_pipeline = pipeline
+
+    @property
+    def display_name(self) -> str:
+        return self.method_name.upper() or type(self).__name__
+
+    def rollout_generation_kwargs(self) -> dict[str, Any]:
+        """Rollout sampling settings: ``gen_experience_kwargs`` or ``gen_kwargs``, a swept setting's first value."""
+        method = self.config.method
+        experience = method.gen_experience_kwargs or method.gen_kwargs
+        return self.generation_kwargs(**{k: (v[0] if isinstance(v, list) else v) for k, v in experience.items()})
+
+    def check_ready(self) -> None:
+        """A rollout phase needs a reward function and prompts."""
+        if self.reward_fn is None:
+            raise ConfigError(f"reward: {self.display_name} needs a reward function (train(reward_fn=...) or reward: in the config)")
+        if self.prompt_pipeline is None:
+            raise RlkitError(f"{self.display_name} has no prompts: call add_prompt_pipeline (train() does) before make_experience")
+
+    # --- prompts and samples -----------------------------------------------------------------
+
+    def next_prompt_chunk(self, size: int | None = None, repeat: int = 1) -> dict[str, Any]:
+        """This rank's next ``size`` prompts (``method.chunk_size``), each ``repeat`` times in a
+        row, collated; a new shuffled pass when one ends."""
+        engine, pipeline = self.engine, self.prompt_pipeline
+        size = size or self.config.method.chunk_size
+        pass_index, chunk = self.prompt_position
+        while True:
+            chunks = pass_batches(len(pipeline), size, seed=self.config.train.seed, pass_index=pass_index,
+                                  rank=engine.process_index, world_size=engine.num_processes)
+            if chunk < len(chunks):
+                break
+            pass_index, chunk = pass_index + 1, 0
+        self.prompt_position = (pass_index, chunk + 1)
+        return pipeline.collate([pipeline[i] for i in chunks[chunk] for _ in range(repeat)])
+
+    def cut_response(self, output_ids: list[int]) -> tuple[int, bool]:
+        """(tokens kept, ended by itself): up to and including EOS, or up to the token that
+        completes a stop sequence; all of it (at least one token) when neither came."""
+        eos = self.tokenizer.eos_token_id
+        length = len(output_ids)
+        ended = eos in output_ids
+        if ended:
+            length = output_ids.index(eos) + 1
+        if self.stop_sequences:
+            for k in range(1, length + 1):
+                text = self.tokenizer.decode(output_ids[:k], skip_special_tokens=True)
+                if any(s in text for s in self.stop_sequences):
+                    return k, True
+        return max(length, 1), ended
+
+    def sample(self, batch: dict[str, Any], timer: PhaseTimer | None = None, **kwargs) -> Samples:
+        """Sample a collated prompt batch (``self.generate``) and cut the responses."""
+        start = time.time()
+        samples = self.generate(batch["input_ids"], batch["attention_mask"], **kwargs)
+        seconds = time.time() - start
+        width = batch["input_ids"].shape[1]
+        prompts = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+        raw = [row[width:].tolist() for row in samples]
+        cuts = [self.cut_response(o) for o in raw]
+        outputs = [o[:n] for o, (n, _) in zip(raw, cuts)]
+        metadata = {k: v for k, v in batch.items() if k not in NOT_METADATA}
+        if timer is not None:
+            timer.seconds["generate"] += seconds
+            timer.tokens["generate"] += sum(n for n, _ in cuts)
+        return Samples(prompts, outputs, [not ended for _, ended in cuts],
+                       [dict(zip(metadata, v)) for v in zip(*metadata.values())] or [{} for _ in prompts])
+
+    def score_samples(self, samples: Samples, score: Callable[[list[ScoreRow]], list], *, mine: bool = True,
+                      append_eos_token: bool = False) -> list:
+        """Decode this rank's samples; ``score`` runs once on the main process over every rank's
+        rows (one entry per row); this rank's entries come back (every entry with ``mine=False``)."""
+        prompts, outputs = samples.prompts, samples.outputs
+        texts = self.decode(prompts, [p + o for p, o in zip(prompts, outputs)], append_eos_token=append_eos_token)
+        return score_on_main(self.engine, list(zip(*texts, samples.metadata)), score, mine=mine)
+
+    def reward_scores(self, rows: list[ScoreRow]) -> list:
+        """The reward function over every rank's rows (on the main process): per row one score,
+        or a list of per-token scores."""
+        samples, prompts, outputs, metadata = scorer_arguments(rows)
+        scores = call_scorer(self.reward_fn, "reward", self.iter_count, samples, prompts, outputs, metadata, self.tokenizer)
+        return check_scores(scores, len(rows))
+
+    @staticmethod
+    def response_batch(prompts: list[list[int]], outputs: list[list[int]], pad_id: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The engine's ``response`` batch (prompts left-padded, responses right-padded) and the
+        (B, R) response mask."""
+        query = pad([torch.tensor(p) for p in prompts], pad_id, "left")  # (B, Q)
+        response = pad([torch.tensor(o) for o in outputs], pad_id, "right")  # (B, R)
+        q_mask = pad([torch.ones(len(p), dtype=torch.long) for p in prompts], 0, "left")  # (B, Q)
+        r_mask = pad([torch.ones(len(o), dtype=torch.long) for o in outputs], 0, "right")  # (B, R)
+        return {"query_tensors": query, "response_tensors": response, "attention_mask": torch.cat([q_mask, r_mask], dim=1)}, r_mask
+
+    def forward_samples(self, samples: Samples, want: tuple[str, ...], timer: PhaseTimer | None = None) -> dict[str, Any]:
+        """The engine's no-grad ``response`` forward on the samples."""
+        start = time.time()
+        batch, _ = self.response_batch(samples.prompts, samples.outputs, self.tokenizer.pad_token_id)
+        out = self.engine.forward("response", batch, want=want)
+        if timer is not None:
+            timer.seconds["forward"] += time.time() - start
+            timer.tokens["forward"] += int(batch["attention_mask"].sum())
+        return out
+
+    # --- the end of a phase ----------------------------------------------------------------------
+
+    @staticmethod
+    def score_stats(scores: torch.Tensor) -> dict[str, float]:
+        return {"rollout_scores/mean": scores.mean().item(),
+                "rollout_scores/std": scores.std().item() if scores.numel() > 1 else 0.0}
+
+    def finish_phase(self, stats: dict[str, Any], timer: PhaseTimer | None = None) -> None:
+        """Log the phase (the main process's rollouts to ``rollout_logging_dir`` when the store
+        can export them), write its stats and call the hook."""
+        if timer is not None:
+            stats.update(timer.stats())
+        logging_dir = self.config.train.rollout_logging_dir
+        if logging_dir and self.is_main_process and hasattr(self.store, "export_history"):
+            os.makedirs(logging_dir, exist_ok=True)
+            self.store.export_history(logging_dir)
+        self.metrics_log.write(self.iter_count, "rollout", stats)
+        self.hooks.rlkit_rollouts_made(trainer=self, step=self.iter_count, num_rollouts=len(self.store), stats=stats,
+                                       is_main_process=self.is_main_process)
