@@ -136,11 +136,25 @@ class Engine(Protocol):
     def step(self, kind: str, items: Sequence[Any], collate: Callable[[Sequence[Any]], Any],
              loss: Callable[[dict[str, Any], Any], tuple[Any, dict[str, float]]]) -> dict[str, float]:
         """One optimizer step over this rank's ``items``: the engine splits them into
-        micro-batches, ``collate``s each, runs the ``kind`` forward in train mode, calls
-        ``loss(outputs, micro_batch) -> (scalar loss, stats)``, accumulates gradients, clips
-        (``train.max_grad_norm``), steps the optimizer and the scheduler. Returns the stats
-        averaged over micro-batches and data-parallel ranks, plus ``policy/grad_norm``,
-        ``learning_rate_group_<i>``, ``time/forward`` and ``time/backward``."""
+        micro-batches (``train.minibatch_size`` rows; the last may be short), ``collate``s them
+        (each micro-batch, or all items once and then splits: the same rows either way), runs the
+        ``kind`` forward in train mode, calls ``loss(outputs, micro_batch) -> (scalar loss,
+        stats)``, accumulates gradients, clips (``train.max_grad_norm``), steps the optimizer and
+        the scheduler. Returns the stats averaged over micro-batches and data-parallel ranks,
+        plus ``policy/grad_norm``, ``learning_rate_group_<i>``, ``time/forward`` and
+        ``time/backward``.
+
+        Weighting, by rows: micro-batch ``k`` with ``n_k`` of the step's ``N`` rows counts
+        ``n_k / N`` in the gradient (its loss times ``n_k / N``) and in every stat; data-parallel
+        ranks count equally (gradients averaged), which is by rows too since the loop gives every
+        rank the same number of rows per step. Rows, not tokens: each method's loss already
+        normalises over the tokens it counts (a masked token mean, or GRPO's loss types with
+        their own global token count), which only the method knows; rows need nothing from the
+        method, give a loss that is a mean over rows the same value however a step is split,
+        and are what gradient accumulation does in TRL and trlX. ``collate`` and ``loss`` are
+        per-row work: they run once per micro-batch and must not call a collective (ranks may
+        run different numbers of micro-batches); anything computed over a whole step or rollout
+        phase is done before ``step``."""
 
     def sync_target(self, alpha: float) -> None:
         """ILQL: target Q heads <- alpha * Q heads + (1 - alpha) * target Q heads."""

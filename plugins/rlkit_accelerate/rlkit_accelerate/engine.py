@@ -167,7 +167,8 @@ class AccelerateEngine:
             return to_cpu(self._forward(kind, model, to_device(batch, self.device), want, train=False))
 
     def step(self, kind: str, items: Sequence[Any], collate: Callable, loss: Callable) -> dict[str, float]:
-        """One optimizer step over ``items`` in micro-batches of ``train.minibatch_size``."""
+        """One optimizer step over ``items`` in micro-batches of ``train.minibatch_size``, each
+        weighted by its rows (``Engine.step``); the stats averaged over data-parallel ranks."""
         check_forward_kind(kind)
         acc = self.accelerator
         # dropout on while learning (trlX trained in eval mode), in every module: the top's flag
@@ -190,6 +191,10 @@ class AccelerateEngine:
                 backward_time += time.time() - start
             for name, v in stats.items():
                 stats_sum[name] = stats_sum.get(name, 0.0) + float(v) * len(mb) / len(items)
+        if self.num_processes > 1 and stats_sum:  # every rank's stats, as the gradients are
+            keys = sorted(stats_sum)
+            total = self.all_reduce_sum(torch.tensor([stats_sum[k] for k in keys], dtype=torch.float64))
+            stats_sum = dict(zip(keys, (total / self.num_processes).tolist()))
         if self.config.train.max_grad_norm:
             norm = acc.clip_grad_norm_(self.model.parameters(), self.config.train.max_grad_norm)
             if norm is not None:  # DeepSpeed clips inside its step and may not report the norm

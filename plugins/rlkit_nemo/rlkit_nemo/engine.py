@@ -235,24 +235,34 @@ class MegatronEngine:
         return out.cpu()
 
     def step(self, kind: str, items: Sequence[Any], collate: Callable, loss: Callable) -> dict[str, float]:
-        """One optimizer step: ``items`` collated once, split into equal micro-batches of the
-        YAML's ``micro_batch_size``, forward and backward through Megatron's schedule."""
+        """One optimizer step: ``items`` collated once, split into micro-batches of the YAML's
+        ``micro_batch_size`` (the last one short when the rows do not divide, on one pipeline
+        stage; stages exchange equal micro-batches), forward and backward through Megatron's
+        schedule. Each micro-batch's loss and stats count by its rows (``Engine.step``)."""
         from rlkit_nemo.optim import optimizer_step
         from rlkit_nemo.schedule import forward_backward
 
         check_forward_kind(kind)
-        micro = forwards.split_rows(forwards.to_device(collate(list(items)), self.device), self.batch_sizes()[1])
+        batch, size = forwards.to_device(collate(list(items)), self.device), self.batch_sizes()[1]
+        micro = forwards.chunk_rows(batch, size) if self.pipeline_size == 1 else forwards.split_rows(batch, size)
+        rows = [forwards.batch_size(mb) for mb in micro]
+
+        def row_weighted(outputs, mb):
+            # Megatron divides every micro-batch's loss by their count: n_k / N it is after that
+            value, stats = loss(outputs, mb)
+            return value * (forwards.batch_size(mb) * len(rows) / sum(rows)), stats
+
         self.model.train()
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         timer: dict[str, float] = {}
         start = time.time()
-        stats = forward_backward(self.model, micro, kind, loss, autocast=self.autocast, timer=timer)
+        stats = forward_backward(self.model, micro, kind, row_weighted, autocast=self.autocast, timer=timer)
         elapsed = time.time() - start
         stepped, norm = optimizer_step(self.optimizer, self.config.train.max_grad_norm)
         if stepped:
             self.schedule.step()
-        out = self._mean_stats(stats)
+        out = self._mean_stats(stats, rows)
         out["policy/grad_norm"] = norm
         for group, lr in enumerate(self.schedule.get_last_lr()):
             out[f"learning_rate_group_{group}"] = lr
@@ -260,12 +270,13 @@ class MegatronEngine:
         out["time/backward"] = elapsed - out["time/forward"]
         return out
 
-    def _mean_stats(self, stats: list[dict]) -> dict[str, float]:
-        """Mean of the last stage's micro-batch stats, sent to every stage and averaged over
-        data-parallel ranks."""
+    def _mean_stats(self, stats: list[dict], rows: Sequence[int]) -> dict[str, float]:
+        """The last stage's micro-batch stats weighted by their rows, sent to every stage and
+        averaged over data-parallel ranks."""
         from rlkit_nemo.pipeline import from_last_stage
 
-        mean = {k: sum(float(s[k]) for s in stats) / len(stats) for k in stats[0]} if stats else {}
+        total = sum(rows)
+        mean = {k: sum(float(s[k]) * n for s, n in zip(stats, rows)) / total for k in stats[0]} if stats else {}
         mean = from_last_stage(mean, self.ps)
         if self.num_processes > 1 and mean:
             keys = sorted(mean)

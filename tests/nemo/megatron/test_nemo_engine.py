@@ -207,3 +207,33 @@ def test_ilql_behaviour_top_k_is_refused_in_one_line(tmp_path):
     gen = dict(max_new_tokens=4, top_k=2, beta=[0, 1], temperature=1.0, behaviour_top_k=2)
     with pytest.raises(ConfigError, match=r"^method.gen_kwargs.behaviour_top_k: the NeMo engine's sampling does not take it"):
         run("ilql", tmp_path, overrides=dict(train=dict(total_steps=1), method=dict(gen_kwargs=gen)))
+
+
+def test_a_short_last_micro_batch_counts_by_its_rows(tmp_path, monkeypatch):
+    """Engine.step weights micro-batches by rows: 6 rows in micro-batches of 4 and 2 give the
+    stats and gradients of one micro-batch of all 6 (for a loss that is a mean over rows).
+    The engine refused the short micro-batch before; an unweighted mean over micro-batches
+    would count the 2 rows as much as the 4."""
+    import rlkit_nemo.optim
+
+    trainer = run("sft", tmp_path, overrides=dict(train=dict(total_steps=1)))  # micro_batch_size 4
+    engine = trainer.engine
+    grads = []
+
+    def no_step(optimizer, max_grad_norm):  # keep the weights: both steps see the same ones
+        grads.append(torch.cat([p.main_grad.flatten().clone() for p in engine.module.parameters() if p.requires_grad]))
+        return False, 0.0
+
+    monkeypatch.setattr(rlkit_nemo.optim, "optimizer_step", no_step)
+
+    def loss(outputs, batch):
+        per_row = -(outputs["logprobs"] * outputs["mask"]).sum(1)  # (B,)
+        return per_row.mean(), {"row_loss": per_row.mean().item(), "rows": float(per_row.shape[0])}
+
+    items = [trainer.store[i] for i in range(6)]
+    split = engine.step("tokens", items, trainer.collate, loss)
+    monkeypatch.setattr(engine, "batch_sizes", lambda: (6, 6))
+    whole = engine.step("tokens", items, trainer.collate, loss)
+    assert whole["rows"] == 6 and split["rows"] == pytest.approx((4 * 4 + 2 * 2) / 6)  # 4 and 2 rows, by rows
+    assert split["row_loss"] == pytest.approx(whole["row_loss"], rel=1e-5)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
