@@ -209,6 +209,7 @@ def test_ilql_behaviour_top_k_is_refused_in_one_line(tmp_path):
         run("ilql", tmp_path, overrides=dict(train=dict(total_steps=1), method=dict(gen_kwargs=gen)))
 
 
+@pytest.mark.slow
 def test_a_short_last_micro_batch_counts_by_its_rows(tmp_path, monkeypatch):
     """Engine.step weights micro-batches by rows: 6 rows in micro-batches of 4 and 2 give the
     stats and gradients of one micro-batch of all 6 (for a loss that is a mean over rows).
