@@ -100,7 +100,7 @@ def cases(tmp: Path) -> list[tuple[str, object]]:
         def probe():
             import logging
 
-            from rlkit_methods.loop.evaluation import call_scorer
+            from rlkit_methods.common.scoring import call_scorer
 
             seen = []
             handler = logging.Handler()

@@ -115,7 +115,7 @@ def cases(tmp: Path) -> list[tuple[str, object]]:
 
     def system_exit(code):
         def probe():
-            from rlkit_methods.loop.evaluation import call_scorer
+            from rlkit_methods.common.scoring import call_scorer
 
             def fn(**kw):
                 raise SystemExit(code)
