@@ -61,6 +61,7 @@ class TrainConfig:
     # a resume whose config differs from the checkpoint's in what changes the run is refused;
     # "allow" says the change is intended (e.g. a lower lr after a spike)
     resume_config_changes: str = attrs.field(default="refuse", validator=one_of("refuse", "allow"))
+    generator: Optional[str] = None  # the sampler: null = the engine's own; 'module:factory' (rlkit_core.generator)
 
 
 @attrs.define

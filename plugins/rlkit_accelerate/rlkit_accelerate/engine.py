@@ -153,6 +153,18 @@ class AccelerateEngine:
             out = torch.cat([input_ids, out[:, 1:]], dim=1)
         return out.cpu()
 
+    def default_generator(self):
+        """This engine's sampler as an ``rlkit_core.generator.Generator`` (shares the weights)."""
+        from rlkit_accelerate.generator import AccelerateGenerator
+
+        return AccelerateGenerator(self)
+
+    def named_weights(self, *, trainable_only: bool = False):
+        """(HF name, tensor) of the HF model, whole on every rank; see ``WeightUpdate``."""
+        from rlkit_accelerate.generator import hf_named_weights
+
+        return hf_named_weights(self, trainable_only=trainable_only)
+
     def _forward(self, kind: str, model, batch, want: Sequence[str], *, train: bool) -> dict[str, Any]:
         if kind == "response":
             return response_forward(model, self.unwrapped_model, batch, want, train=train)

@@ -31,7 +31,7 @@ class ILQLTrainer(OfflineTrainer):
     def generate(self, input_ids, attention_mask=None, **kwargs):
         kwargs = self.generation_kwargs(**kwargs)
         guidance = QGuidance(beta=kwargs.pop("beta", 1.0), logit_mask=kwargs.pop("logit_mask", self.logit_mask))
-        return self.engine.generate(input_ids, attention_mask, guidance=guidance, **kwargs)
+        return self.generator.generate(input_ids, attention_mask, guidance=guidance, **kwargs).ids
 
     def make_experience(self, samples, rewards, max_length: int = 2048) -> None:
         if self.engine.is_seq2seq:

@@ -26,6 +26,7 @@ import torch
 
 from rlkit_core.engine import ModelSpec
 from rlkit_core.errors import ConfigError, RlkitError
+from rlkit_core.generator import Samples, WeightUpdate, make_generator, named_weights
 from rlkit_core.plugins import get_host
 
 from rlkit_methods.loop import evaluation
@@ -93,6 +94,8 @@ class RLTrainer:
         self.position = (0, 0, 0)  # (epoch, inner epoch, next batch)
         self.best_score = -math.inf
         self.progress_bar = BeforeLearn(self.is_main_process)  # the bar while learn() runs; shows the phase
+        self.generator = make_generator(self.engine, train.generator)
+        self.sync_generator(full=True)
 
     def claim_run_dir(self):
         """Lock the checkpoint folder for this run; another run's files there are refused in
@@ -172,8 +175,21 @@ class RLTrainer:
         return {**self.generate_kwargs, **overrides}
 
     def generate(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
-        """Sample continuations: prompt + new tokens, (B, T + n), on the CPU."""
-        return self.engine.generate(input_ids, attention_mask, **self.generation_kwargs(**kwargs))
+        """Sample continuations: prompt + new tokens, (B, T + n), on the CPU (trlX's)."""
+        return self.sample(input_ids, attention_mask, **kwargs).ids
+
+    def sample(self, input_ids, attention_mask=None, *, guidance=None, **kwargs) -> Samples:
+        """The generator's samples (ids, the log-probs of the sampled tokens, the policy
+        version) with the run's ``gen_kwargs`` under ``kwargs``."""
+        return self.generator.generate(input_ids, attention_mask, guidance=guidance, **self.generation_kwargs(**kwargs))
+
+    def sync_generator(self, full: bool = False) -> None:
+        """Offer the generator the policy of this step: every weight (``full``: when it is made,
+        after a checkpoint loads) or the trainable ones. Every rank calls it after every
+        optimizer step; the engine's own sampler only records the version."""
+        engine = self.engine
+        self.generator.update_weights(WeightUpdate(
+            version=self.iter_count, full=full, weights=lambda: named_weights(engine, trainable_only=not full)))
 
     def generate_eval(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
         return self.generate(input_ids, attention_mask, **kwargs)
@@ -290,10 +306,12 @@ class RLTrainer:
                 for b in range(first, len(batches)):
                     if self.iter_count >= self.total_steps:
                         return results
+                    self.generator.release()  # training's turn for the memory (idempotent)
                     stats = self.train_step(batches[b])
                     self.iter_count += 1
                     stop_if_diverged(self, stats)
                     self.after_optimizer_step()
+                    self.sync_generator()
                     self.position = (epoch, inner, b + 1)
                     results = self.after_step(stats)
                     bar.update(self.iter_count, stats)
@@ -405,3 +423,4 @@ class RLTrainer:
         self.best_score = state["best_score"]
         set_rng_state(state["rng"])
         self.load_method_state(state["method"])
+        self.sync_generator(full=True)

@@ -1,0 +1,109 @@
+"""The generator kit (rlkit_core.testing.generator) on the accelerate engine's default
+generator, and the loop's use of a generator with its own weights. The NeMo engine's default
+generator runs the same checks in tests/nemo/megatron."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlkit_core.generator import Samples, logprob_gap
+from rlkit_core.testing.engine import check_stop_sequences
+from rlkit_core.testing.generator import (
+    HFCopyGenerator,
+    SkippedSync,
+    check_export_generates_generated,
+    check_generator_follows_updates,
+    check_generator_logprobs,
+    check_generator_protocol,
+    check_generator_samples,
+)
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "accelerate" / "trainers"))
+import walks_setup  # noqa: E402
+
+PROMPTS = ["a", "bcd", "ef"]
+COPY = "rlkit_core.testing.generator:HFCopyGenerator"
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """The trainer keeps training after the run in some checks: reset accelerate's state after
+    the test, not after the run."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def run(method, folder, overrides=None, **train_kwargs):
+    return walks_setup.run(method, folder, config_overrides=overrides, **train_kwargs)
+
+
+@pytest.mark.parametrize("method", ["ppo", "sft"])
+def test_default_generator_samples_logprobs_and_export(method, tmp_path):
+    trainer = run(method, tmp_path, overrides=dict(train=dict(total_steps=2)), stop_sequences=["##"])
+    check_generator_protocol(trainer.generator)
+    assert type(trainer.generator).__name__ == "AccelerateGenerator"
+    samples = check_generator_samples(trainer, PROMPTS)
+    assert samples.logprobs is not None and samples.version == 2
+    check_generator_logprobs(trainer, PROMPTS)
+    check_export_generates_generated(trainer, tmp_path / "export", PROMPTS)
+    check_stop_sequences(trainer, "##")
+
+
+def test_default_generator_logprobs_with_shared_prompt_prefill(tmp_path):
+    """Groups of one prompt (GRPO's shape) run the prompt once before generate; the log-probs
+    still come from the generate steps only."""
+    trainer = run("sft", tmp_path, overrides=dict(train=dict(total_steps=1)))
+    check_generator_logprobs(trainer, ["ab", "ab", "cde", "cde", "ab"])
+
+
+def test_trainer_generate_returns_the_generators_ids(tmp_path):
+    trainer = run("sft", tmp_path, overrides=dict(train=dict(total_steps=1)))
+    batch = trainer.tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    ids = trainer.generate(batch["input_ids"], batch["attention_mask"])
+    assert isinstance(ids, torch.Tensor)
+    assert torch.equal(ids, trainer.sample(batch["input_ids"], batch["attention_mask"]).ids)  # greedy
+
+
+def test_a_generator_with_its_own_weights_follows_every_step(tmp_path):
+    trainer = run("ppo", tmp_path, overrides=dict(train=dict(total_steps=1)))
+    gap = check_generator_follows_updates(trainer, HFCopyGenerator(trainer.engine, tmp_path / "copy"), PROMPTS, steps=2)
+    assert gap < 1e-4
+
+
+def test_a_skipped_sync_is_caught(tmp_path):
+    trainer = run("ppo", tmp_path, overrides=dict(train=dict(total_steps=1)))
+    stale = SkippedSync(HFCopyGenerator(trainer.engine, tmp_path / "copy"), skip_version=trainer.iter_count + 2)
+    with pytest.raises(AssertionError, match="log-probs differ"):
+        check_generator_follows_updates(trainer, stale, PROMPTS, steps=2)
+
+
+def test_the_loop_samples_through_the_configured_generator_and_syncs_it(tmp_path):
+    """train.generator names a factory; rollouts and evaluation come from it, and after the run
+    it holds the trained policy (log-probs equal the engine's)."""
+    trainer = run("ppo", tmp_path, overrides=dict(train=dict(total_steps=3, generator=COPY)))
+    assert isinstance(trainer.generator, HFCopyGenerator)
+    # rollouts (16 prompts in chunks of 8, twice: before and after the 2 steps of a phase) and 2 evaluations
+    assert trainer.generator.calls >= 4, trainer.generator.calls
+    assert trainer.generator.version == 3
+    check_generator_logprobs(trainer, PROMPTS)
+
+
+def test_an_unknown_generator_is_a_config_error(tmp_path):
+    from rlkit_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="train.generator: 'vllm' is not a known generator"):
+        run("sft", tmp_path, overrides=dict(train=dict(total_steps=1, generator="vllm")))
+
+
+def test_logprob_gap_over_the_response_mask():
+    a = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -0.5, -0.5]])
+    b = torch.tensor([[-1.5, -2.0, -9.0], [-0.5, -0.25, -0.5]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    gap = logprob_gap(a, b, mask)
+    assert gap == {"policy/logprob_gap_max": 0.5, "policy/logprob_gap_mean": 0.75 / 5}
+    assert isinstance(Samples(a), Samples)
