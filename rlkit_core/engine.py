@@ -127,7 +127,8 @@ class Engine(Protocol):
         then new tokens, pad after EOS. Eval mode (no dropout), whole weights; ranks may
         generate different lengths. ``gen_kwargs`` are HF ``generate``'s (``max_new_tokens``,
         ``do_sample``, ``top_k``, ``top_p``, ``temperature``, ``eos_token_id``...);
-        ``guidance`` steers a model with ILQL heads."""
+        ``guidance`` steers a model with ILQL heads. The loop samples through a generator
+        (:mod:`rlkit_core.generator`); this is what the engine's default generator runs."""
 
     def forward(self, kind: str, batch: Any, want: Sequence[str] = ()) -> dict[str, Any]:
         """A forward pass without gradients in eval mode (see "Forward kinds"); ``want``

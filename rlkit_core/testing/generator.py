@@ -60,13 +60,16 @@ def check_generator_samples(trainer: Any, prompts: list[str], *, max_new_tokens:
     return samples
 
 
-def check_generator_logprobs(trainer: Any, prompts: list[str], *, max_new_tokens: int = 6, atol: float = LOGPROB_ATOL) -> float:
-    """The log-probs the generator returns for what it sampled equal the engine's ``"response"``
-    forward of the same tokens within ``atol`` (fp32). Returns the largest difference."""
+def check_generator_logprobs(trainer: Any, prompts: list[str], *, max_new_tokens: int = 6, atol: float = LOGPROB_ATOL,
+                             **gen_kwargs) -> float:
+    """The log-probs the generator returns for what it sampled (``gen_kwargs`` on top of the
+    run's) equal the engine's ``"response"`` forward of the same tokens within ``atol`` (fp32).
+    Returns the largest difference."""
     import torch
 
     batch = _prompts(trainer, prompts)
-    samples = trainer.sample(batch["input_ids"], batch["attention_mask"], max_new_tokens=max_new_tokens, do_sample=True)
+    samples = trainer.sample(batch["input_ids"], batch["attention_mask"], max_new_tokens=max_new_tokens,
+                             **{"do_sample": True, **gen_kwargs})
     assert samples.logprobs is not None, f"{type(trainer.generator).__name__} returned no log-probs"
     Q = batch["input_ids"].shape[1]
     new = samples.ids[:, Q:]
@@ -132,7 +135,7 @@ class HFCopyGenerator:
     def update_weights(self, update: WeightUpdate) -> None:
         import torch
 
-        params = dict(self.model.named_parameters())
+        params = dict(self.model.named_parameters(remove_duplicate=False))  # tied weights under each name
         with torch.no_grad():
             for name, tensor in update.weights():
                 assert name in params, f"update_weights: the model has no weight {name!r}"

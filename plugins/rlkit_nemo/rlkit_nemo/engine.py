@@ -20,7 +20,6 @@ import torch
 import torch.distributed as dist
 
 from rlkit_core.engine import ModelSpec, QGuidance, check_forward_kind
-from rlkit_core.errors import ConfigError
 from rlkit_core.process_group import destroy_at_clean_exit
 from rlkit_methods.engine_kit import load_tokenizer
 
@@ -200,39 +199,24 @@ class MegatronEngine:
             self.module.train(was)
         return from_last_stage(forwards.to_cpu(out) if out is not None else None, self.ps)
 
-    @torch.no_grad()
     def generate(self, input_ids, attention_mask=None, *, guidance: QGuidance | None = None, **gen_kwargs) -> torch.Tensor:
         """``gen_kwargs.use_cache`` (default true): megatron-core's KV cache; false reruns the
-        whole sequence for every new token."""
-        from rlkit_nemo.pipeline import share_token
-        from rlkit_nemo.sampling import SAMPLING_ARGS, ModelRunner, sample
+        whole sequence for every new token (:func:`rlkit_nemo.generator.sample_on`)."""
+        from rlkit_nemo.generator import sample_on
 
-        unknown = sorted(set(gen_kwargs) - set(SAMPLING_ARGS))
-        if unknown:
-            raise ConfigError(f"method.gen_kwargs.{unknown[0]}: the NeMo engine's sampling does not take it; "
-                              f"it takes {', '.join(SAMPLING_ARGS)}")
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        guidance = (guidance or QGuidance()) if self.spec.heads == "ilql" else None
-        gen_kwargs.setdefault("eos_token_id", self.tokenizer.eos_token_id)
-        gen_kwargs.setdefault("pad_token_id", self.tokenizer.pad_token_id)
-        if gen_kwargs.get("pad_token_id") is None:
-            gen_kwargs["pad_token_id"] = gen_kwargs["eos_token_id"] or 0
-        rows, length = input_ids.shape
-        max_length = length + gen_kwargs.get("max_new_tokens", 20)
+        return sample_on(self, input_ids, attention_mask, guidance=guidance, **gen_kwargs)
 
-        def logits(batch):
-            out = self._outputs(self.module, "logits", [batch])
-            return None if out is None else out["output"]
+    def default_generator(self):
+        """This engine's sampler as an ``rlkit_core.generator.Generator`` (shares the weights)."""
+        from rlkit_nemo.generator import NemoGenerator
 
-        run = ModelRunner(logits, rows, max_length, use_cache=bool(gen_kwargs.pop("use_cache", True)))
-        was = self._evaluating()
-        try:
-            out = sample(run, lambda token, n: share_token(token, n, self.ps, self.device), input_ids.to(self.device),
-                         attention_mask.to(self.device), guidance=guidance, **gen_kwargs)
-        finally:
-            self.module.train(was)
-        return out.cpu()
+        return NemoGenerator(self)
+
+    def named_weights(self, *, trainable_only: bool = False):
+        """(HF name, tensor) of the model, gathered on every rank; see ``WeightUpdate``."""
+        from rlkit_nemo.generator import hf_named_weights
+
+        return hf_named_weights(self, trainable_only=trainable_only)
 
     def step(self, kind: str, items: Sequence[Any], collate: Callable, loss: Callable) -> dict[str, float]:
         """One optimizer step: ``items`` collated once, split into micro-batches of the YAML's

@@ -72,27 +72,30 @@ def last_position(output: Any, vocab_size: int) -> Any:
 
 
 def next_token_logits(output: Any, last_tokens: torch.Tensor, guidance: Optional[QGuidance], top_k: int,
-                      temperature: float) -> torch.Tensor:
-    """(B, V) logits to sample from (top-k and temperature applied), from a last-stage output
-    at the final position (:func:`last_position`: (B, V) logits, and the heads there)."""
+                      temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's own (B, V) logits and those to sample from (top-k and temperature applied),
+    from a last-stage output at the final position (:func:`last_position`: (B, V) logits, and
+    the heads there)."""
     logits, heads = output if isinstance(output, tuple) else (output, None)
     if guidance is None or heads is None:
-        return topk_mask(logits / temperature, top_k)
+        return logits, topk_mask(logits / temperature, top_k)
     _, target_qs, vs = heads  # Q (B, V) and V (B, 1, 1) at the final position
     q = target_qs[0]
     for tq in target_qs[1:]:
         q = q.minimum(tq)
     mask = None if guidance.logit_mask is None else torch.as_tensor(guidance.logit_mask, dtype=torch.bool)
-    return q_guided_logits(logits, q, vs[:, -1].float(), beta=guidance.beta, top_k=top_k, temperature=temperature,
-                           logit_mask=mask, last_tokens=last_tokens)
+    return logits, q_guided_logits(logits, q, vs[:, -1].float(), beta=guidance.beta, top_k=top_k,
+                                   temperature=temperature, logit_mask=mask, last_tokens=last_tokens)
 
 
 @torch.no_grad()
 def sample(run: Callable[[torch.Tensor, torch.Tensor, Optional[dict]], Any], share: Callable[[Optional[torch.Tensor], int], torch.Tensor],
            input_ids: torch.Tensor, attention_mask: torch.Tensor, *, guidance: Optional[QGuidance] = None,
            max_new_tokens: int = 20, eos_token_id: Optional[int] = None, pad_token_id: int = 0, temperature: float = 1.0,
-           top_k: int = 0, top_p: float = 1.0, do_sample: bool = True) -> torch.Tensor:
+           top_k: int = 0, top_p: float = 1.0, do_sample: bool = True, logprobs: Optional[list] = None) -> torch.Tensor:
     """Left-padded prompts (B, Q) -> (B, Q + N): the prompts, then new tokens, pad after EOS.
+    ``logprobs``, a list, receives for every step log softmax of the model's own logits at the
+    token chosen, (B,) with 0 after EOS, on the last stage (None on the others).
 
     ``run(ids, mask, head_kwargs)`` is the model's output at the last position, (B, 1, ...),
     on the last stage (None elsewhere), e.g. a :class:`ModelRunner`; ``share(token or None,
@@ -106,9 +109,9 @@ def sample(run: Callable[[torch.Tensor, torch.Tensor, Optional[dict]], Any], sha
     head_kwargs = {"states_ixs": last, "actions_ixs": last} if guidance is not None else None
     for _ in range(max_new_tokens):
         output = run(ids, mask, head_kwargs)
-        token = None
+        token = raw = None
         if output is not None:
-            logits = next_token_logits(output, ids[:, -1], guidance, top_k, temperature)
+            raw, logits = next_token_logits(output, ids[:, -1], guidance, top_k, temperature)
             if do_sample:
                 if top_p < 1.0:
                     logits = _top_p(logits, top_p)
@@ -118,6 +121,9 @@ def sample(run: Callable[[torch.Tensor, torch.Tensor, Optional[dict]], Any], sha
         token = share(token, B).to(ids.device)
         real = ~done  # EOS itself is a real token; what follows it is padding
         token = torch.where(done, torch.full_like(token, pad_token_id), token)
+        if logprobs is not None:
+            logprobs.append(None if raw is None else
+                            raw.float().log_softmax(-1).gather(1, token[:, None].to(raw.device))[:, 0] * real.to(raw.device))
         ids = torch.cat([ids, token[:, None]], 1)
         mask = torch.cat([mask, real.long()[:, None]], 1)
         if eos_token_id is not None:

@@ -1,7 +1,8 @@
 """torchrun worker (2 CPU processes, gloo): the NeMo engine's sampling with and without
 megatron-core's KV cache (gen_kwargs use_cache) on the same weights, at TP=2 and at PP=2, for
 an LM (greedy and seeded sampling) and ILQL's Q-guided heads (beta and a logit mask); and its
-no-grad forwards in micro-batches.
+no-grad forwards in micro-batches; its default generator's log-probs against the "response"
+forward.
 
 Writes OUT/kv_<rank>.json: per layout and model, the sequences of each mode, the lengths of
 the token runs the model saw per call, and the positions that reached the output layer.
@@ -89,6 +90,22 @@ def micro_batched_forward(engine):
     return {"rows": seen["run_rows"], "max_diff": float((whole - torch.cat(halves)).abs().max())}
 
 
+def generator_logprobs(engine):
+    """The default generator's log-probs of a seeded sample (top-k and temperature on, which
+    the log-probs ignore) and their largest difference from the "response" forward."""
+    from rlkit_core.generator import real_response_mask
+
+    ids, mask = prompts()
+    torch.manual_seed(99)
+    samples = engine.default_generator().generate(ids, mask, max_new_tokens=NEW_TOKENS, do_sample=True, top_k=20,
+                                                  temperature=0.7, eos_token_id=None)
+    new = samples.ids[:, ids.shape[1]:]
+    real = real_response_mask(new, None)
+    out = engine.forward("response", {"query_tensors": ids, "response_tensors": new,
+                                      "attention_mask": torch.cat([mask, real.long()], dim=1)})
+    return {"logprobs": samples.logprobs.tolist(), "max_diff": float((samples.logprobs - out["logprobs"]).abs().max())}
+
+
 def main(out: Path):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -104,6 +121,7 @@ def main(out: Path):
                 "tp_rank": engine.ps.get_tensor_model_parallel_rank(), "pp_rank": engine.ps.get_pipeline_model_parallel_rank(),
                 "micro_batch_size": engine.batch_sizes()[1],
                 "forward": micro_batched_forward(engine) if method == "sft" else None,
+                "generator": generator_logprobs(engine) if method == "sft" else None,
                 **{f"{mode}/{'cache' if cache else 'nocache'}": sample(engine, cache, guidance, **kwargs)
                    for mode, kwargs in modes.items() for cache in (True, False)},
             }

@@ -71,3 +71,14 @@ def test_seeded_sampling_at_tp2_equals_tp1(ranks, method):
     # PP=2 layout); sampling from the unpadded logits draws the same tokens from the same seed
     for mode in MODES:
         assert ranks[0][f"tp2/{method}"][f"{mode}/cache"]["tokens"] == ranks[0][f"pp2/{method}"][f"{mode}/cache"]["tokens"], mode
+
+
+@pytest.mark.parametrize("case", ["tp2/sft", "pp2/sft"])
+def test_the_default_generators_logprobs_equal_the_response_forward_on_every_rank(ranks, case):
+    """From the sampler's own logits (gathered over TP on the last stage, shared with the other
+    stage), within the generator kit's fp32 tolerance."""
+    from rlkit_core.testing.generator import LOGPROB_ATOL
+
+    runs = [r[case]["generator"] for r in ranks]
+    assert runs[0]["logprobs"] == runs[1]["logprobs"]
+    assert all(r["max_diff"] <= LOGPROB_ATOL for r in runs), [r["max_diff"] for r in runs]

@@ -179,14 +179,12 @@ class RLTrainer:
         return self.sample(input_ids, attention_mask, **kwargs).ids
 
     def sample(self, input_ids, attention_mask=None, *, guidance=None, **kwargs) -> Samples:
-        """The generator's samples (ids, the log-probs of the sampled tokens, the policy
-        version) with the run's ``gen_kwargs`` under ``kwargs``."""
+        """The generator's ids, log-probs and policy version, ``kwargs`` over ``gen_kwargs``."""
         return self.generator.generate(input_ids, attention_mask, guidance=guidance, **self.generation_kwargs(**kwargs))
 
     def sync_generator(self, full: bool = False) -> None:
-        """Offer the generator the policy of this step: every weight (``full``: when it is made,
-        after a checkpoint loads) or the trainable ones. Every rank calls it after every
-        optimizer step; the engine's own sampler only records the version."""
+        """Offer the generator this step's policy (``full``: every weight, else what the optimizer
+        changes); on every rank after every step and load (rlkit_core/generator.py)."""
         engine = self.engine
         self.generator.update_weights(WeightUpdate(
             version=self.iter_count, full=full, weights=lambda: named_weights(engine, trainable_only=not full)))

@@ -1,0 +1,50 @@
+"""The generator kit (rlkit_core.testing.generator) on the NeMo engine's default generator in one
+process (TP=PP=DP=1), and a generator with its own weights kept in sync from Megatron's shards.
+The accelerate engine runs the same checks in tests/conformance/test_accelerate_generator.py."""
+
+import pytest
+
+from rlkit_core.testing.engine import check_stop_sequences
+from rlkit_core.testing.generator import (
+    HFCopyGenerator,
+    SkippedSync,
+    check_export_generates_generated,
+    check_generator_follows_updates,
+    check_generator_logprobs,
+    check_generator_protocol,
+    check_generator_samples,
+)
+
+import nemo_walks
+
+pytestmark = pytest.mark.usefixtures("megatron_cpu")
+PROMPTS = ["a", "bcd", "ef"]
+
+
+def run(method, folder, overrides=None, **train_kwargs):
+    return nemo_walks.run(method, folder, config_overrides=overrides, **train_kwargs)
+
+
+@pytest.mark.parametrize("method", ["ppo", "sft"])
+def test_default_generator_samples_logprobs_and_export(method, tmp_path):
+    trainer = run(method, tmp_path, overrides=dict(train=dict(total_steps=2)), stop_sequences=["##"])
+    check_generator_protocol(trainer.generator)
+    assert type(trainer.generator).__name__ == "NemoGenerator"
+    samples = check_generator_samples(trainer, PROMPTS)
+    assert samples.logprobs is not None and samples.version == 2
+    check_generator_logprobs(trainer, PROMPTS)
+    check_generator_logprobs(trainer, PROMPTS, use_cache=False)
+    check_export_generates_generated(trainer, tmp_path / "export", PROMPTS)
+    check_stop_sequences(trainer, "##")
+
+
+def test_a_generator_with_its_own_weights_follows_every_step(tmp_path):
+    trainer = run("ppo", tmp_path, overrides=dict(train=dict(total_steps=1)))
+    assert check_generator_follows_updates(trainer, HFCopyGenerator(trainer.engine, tmp_path / "copy"), PROMPTS) < 1e-4
+
+
+def test_a_skipped_sync_is_caught(tmp_path):
+    trainer = run("ppo", tmp_path, overrides=dict(train=dict(total_steps=1)))
+    stale = SkippedSync(HFCopyGenerator(trainer.engine, tmp_path / "copy"), skip_version=trainer.iter_count + 2)
+    with pytest.raises(AssertionError, match="log-probs differ"):
+        check_generator_follows_updates(trainer, stale, PROMPTS, steps=2)
