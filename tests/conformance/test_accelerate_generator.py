@@ -54,6 +54,46 @@ def test_default_generator_samples_logprobs_and_export(method, tmp_path):
     check_stop_sequences(trainer, "##")
 
 
+LORA = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["c_attn"], "lora_dropout": 0.0}
+LAYOUTS = {
+    "hydra": ("ppo", dict(model=dict(num_layers_unfrozen=1))),  # the policy caches its trunk while sampling
+    "lora-ppo": ("ppo", dict(model=dict(peft_config=LORA))),
+    "lora-sft": ("sft", dict(model=dict(peft_config=LORA))),
+}
+
+
+@pytest.mark.parametrize("layout", [*LAYOUTS, "t5-ppo"])
+def test_default_generator_logprobs_on_every_model_layout(layout, tmp_path):
+    """The hook finds the HF model inside rlkit's and peft's wrappers, and reads the decoder's
+    inputs of an encoder-decoder."""
+    if layout == "t5-ppo":
+        import t5_walks_setup
+
+        trainer = t5_walks_setup.run("ppo", tmp_path, config_overrides=dict(train=dict(total_steps=1)))
+    else:
+        method, overrides = LAYOUTS[layout]
+        trainer = run(method, tmp_path, overrides=dict(overrides, train=dict(total_steps=1)))
+    check_generator_samples(trainer, PROMPTS)
+    check_generator_logprobs(trainer, PROMPTS)
+
+
+@pytest.mark.parametrize("kind", ["PROMPT_TUNING", "PREFIX_TUNING"])
+def test_default_generator_logprobs_under_prompt_learning_equal_hf_generates_logits(kind, tmp_path):
+    """Prompt tuning feeds embeddings, not ids, at every step: the step's row is kept until the
+    sampled ids are known. Compared with transformers' own unprocessed logits (``output_logits``)."""
+    trainer = run("sft", tmp_path, overrides=dict(model=dict(peft_config={"peft_type": kind, "num_virtual_tokens": 3}),
+                                                  train=dict(total_steps=1)))
+    batch = trainer.tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    greedy = dict(max_new_tokens=5, do_sample=False, eos_token_id=None)
+    ours = trainer.generator.generate(batch["input_ids"], batch["attention_mask"], **greedy)
+    with trainer.engine.evaluating() as model, torch.no_grad():
+        out = model.generate(**batch, **greedy, output_logits=True, return_dict_in_generate=True)
+    new = out.sequences[:, batch["input_ids"].shape[1]:]
+    assert torch.equal(ours.ids, out.sequences)
+    theirs = torch.stack(out.logits, 1).float().log_softmax(-1).gather(2, new[..., None])[..., 0]
+    assert torch.allclose(ours.logprobs, theirs, atol=1e-5), (ours.logprobs, theirs)
+
+
 def test_default_generator_logprobs_with_shared_prompt_prefill(tmp_path):
     """Groups of one prompt (GRPO's shape) run the prompt once before generate; the log-probs
     still come from the generate steps only."""

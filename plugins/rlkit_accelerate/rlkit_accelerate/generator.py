@@ -4,8 +4,9 @@
 Log-probs come from the logits the sampler computes anyway, with no second forward: a forward
 hook on the HF model that ``generate`` runs keeps ``log softmax`` of each step's last-position
 logits (the model's own output, before any logits processor: temperature, top-k...) until the
-next step, whose input is the token that was sampled from them. The last token is read from the
-returned ids. Only the last N steps count (a shared prompt prefill runs before ``generate``).
+next step, whose input is the token that was sampled from them (a step fed embeddings, as
+prompt tuning's are, keeps its row until the end). The last token is read from the returned
+ids. Only the last N steps count (a shared prompt prefill runs before ``generate``).
 
 Sharing the engine's weights, it needs no sync: ``update_weights`` records the version.
 Q-guided decoding (ILQL's heads) is the engine's own loop; it reports no log-probs, nor does
@@ -49,15 +50,15 @@ class StepLogprobs:
 
     def __init__(self):
         self.pending: torch.Tensor | None = None  # (B, V) log-probs of the last step
-        self.values: list[torch.Tensor | None] = []  # one per step whose token was seen
+        self.values: list[torch.Tensor] = []  # per step: (B,) at the token fed next, or (B, V) if not seen
 
     def __call__(self, module, args, kwargs, output) -> None:
         ids = kwargs.get("decoder_input_ids")
         if ids is None:
             ids = kwargs.get("input_ids", args[0] if args else None)
         if self.pending is not None:
-            fits = ids is not None and ids.shape[0] == self.pending.shape[0]
-            self.values.append(self.pending.gather(1, ids[:, -1:].to(self.pending.device))[:, 0] if fits else None)
+            seen = ids is not None and ids.shape[0] == self.pending.shape[0]
+            self.values.append(self.pending.gather(1, ids[:, -1:].to(self.pending.device))[:, 0] if seen else self.pending)
         logits = output.logits if hasattr(output, "logits") else output[0]
         self.pending = logits[:, -1].float().log_softmax(-1)
 
@@ -68,10 +69,11 @@ class StepLogprobs:
             return new_tokens.new_zeros(new_tokens.shape, dtype=torch.float32)
         if self.pending is None or self.pending.shape[0] != new_tokens.shape[0]:
             return None
-        last = self.pending.gather(1, new_tokens[:, -1:].to(self.pending.device))[:, 0]
-        steps = (self.values + [last])[-N:]
-        if len(steps) < N or any(s is None for s in steps):
+        steps = (self.values + [self.pending])[-N:]
+        if len(steps) < N or any(s.shape[0] != new_tokens.shape[0] for s in steps):
             return None
+        tokens = new_tokens.to(self.pending.device)
+        steps = [s if s.dim() == 1 else s.gather(1, tokens[:, t, None])[:, 0] for t, s in enumerate(steps)]
         return torch.stack(steps, dim=1).cpu()
 
 
