@@ -129,8 +129,8 @@ def test_the_loop_samples_through_the_configured_generator_and_syncs_it(tmp_path
     assert isinstance(trainer.generator, HFCopyGenerator)
     # rollouts (16 prompts in chunks of 8, twice: before and after the 2 steps of a phase) and 2 evaluations
     assert trainer.generator.calls >= 4, trainer.generator.calls
+    check_generator_logprobs(trainer, PROMPTS)  # the weights first: a missed sync fails here
     assert trainer.generator.version == 3
-    check_generator_logprobs(trainer, PROMPTS)
 
 
 def test_an_unknown_generator_is_a_config_error(tmp_path):
@@ -147,3 +147,13 @@ def test_logprob_gap_over_the_response_mask():
     gap = logprob_gap(a, b, mask)
     assert gap == {"policy/logprob_gap_max": 0.5, "policy/logprob_gap_mean": 0.75 / 5}
     assert isinstance(Samples(a), Samples)
+
+
+def test_a_resumed_run_syncs_its_generator_with_the_checkpoints_weights(tmp_path):
+    """A generator made from the initial weights gets every weight when the checkpoint loads
+    (here the run has no steps left, so no step syncs it)."""
+    run("ppo", tmp_path, overrides=dict(train=dict(total_steps=2, checkpoint_interval=2, generator=COPY)))
+    resume = str(tmp_path / "ckpts" / "checkpoint_2")
+    trainer = run("ppo", tmp_path, overrides=dict(train=dict(total_steps=2, generator=COPY, resume_from_checkpoint=resume)))
+    check_generator_logprobs(trainer, PROMPTS)  # the weights first: a stale copy fails here
+    assert trainer.iter_count == 2 and trainer.generator.version == 2
