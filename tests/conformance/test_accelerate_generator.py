@@ -21,7 +21,11 @@ from rlkit_core.testing.generator import (
 )
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "accelerate" / "trainers"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "accelerate"))
+import grpo_setup  # noqa: E402
 import walks_setup  # noqa: E402
+
+import rlkit_core as rlkit  # noqa: E402
 
 PROMPTS = ["a", "bcd", "ef"]
 COPY = "rlkit_core.testing.generator:HFCopyGenerator"
@@ -157,3 +161,34 @@ def test_a_resumed_run_syncs_its_generator_with_the_checkpoints_weights(tmp_path
     trainer = run("ppo", tmp_path, overrides=dict(train=dict(total_steps=2, generator=COPY, resume_from_checkpoint=resume)))
     check_generator_logprobs(trainer, PROMPTS)  # the weights first: a stale copy fails here
     assert trainer.iter_count == 2 and trainer.generator.version == 2
+
+
+class GeneratorCalls:
+    """The generator's call count at every rollout phase."""
+
+    def __init__(self):
+        self.calls = []
+
+    @rlkit.hookimpl
+    def rlkit_rollouts_made(self, trainer, step, num_rollouts, stats, is_main_process):
+        self.calls.append(trainer.generator.calls)
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo", "rft"])
+def test_every_online_trainer_samples_its_rollouts_through_the_generator(kind, tmp_path):
+    """The first rollouts are made before any evaluation: every call counted then is a rollout's.
+    After the run the generator holds the trained policy."""
+    seen = GeneratorCalls()
+    if kind == "rft":
+        import test_rft_trainer as rft
+
+        prompts = rft.PROMPTS[:3]
+        c = rft.config(tmp_path).evolve(train=dict(total_steps=2, generator=COPY))
+        trainer = rlkit.train(reward_fn=rft.reward, prompts=rft.PROMPTS[:5], eval_prompts=rft.PROMPTS[:2], config=c,
+                              plugins=[seen])
+    else:
+        prompts = PROMPTS
+        trainer = grpo_setup.run(kind, tmp_path, config_overrides=dict(train=dict(total_steps=2, generator=COPY)),
+                                 plugins=[seen])
+    assert seen.calls and seen.calls[0] > 0, seen.calls
+    check_generator_logprobs(trainer, prompts)
