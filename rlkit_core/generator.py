@@ -11,7 +11,9 @@ the :class:`Generator` protocol, and :func:`make_generator`, which the loop uses
 The contract
 ------------
 * ``generate`` is collective like the engine's calls: every rank calls it, in the same order;
-  ranks may get different lengths. Tensors go in and come out on the CPU.
+  data-parallel ranks may get different lengths, the ranks of one tensor/pipeline-parallel
+  replica must get the same samples (they hold the same data: the engine's forwards mix their
+  inputs). Tensors go in and come out on the CPU.
 * ``Samples.logprobs[b, t]`` is ``log softmax(z_t)[y_t]``: ``y_t`` the ``t``-th new token of row
   ``b``, ``z_t`` the model's logits at the position that predicts it, *unprocessed*: no
   temperature, top-k, top-p, penalties or Q-guidance. It is the distribution the training

@@ -2,7 +2,7 @@
 megatron-core's KV cache (gen_kwargs use_cache) on the same weights, at TP=2 and at PP=2, for
 an LM (greedy and seeded sampling) and ILQL's Q-guided heads (beta and a logit mask); and its
 no-grad forwards in micro-batches; its default generator's log-probs against the "response"
-forward.
+forward; a generator with its own weights (zeroed) synced from the engine's gathered shards.
 
 Writes OUT/kv_<rank>.json: per layout and model, the sequences of each mode, the lengths of
 the token runs the model saw per call, and the positions that reached the output layer.
@@ -106,6 +106,25 @@ def generator_logprobs(engine):
     return {"logprobs": samples.logprobs.tolist(), "max_diff": float((samples.logprobs - out["logprobs"]).abs().max())}
 
 
+def synced_copy(engine, folder):
+    """HFCopyGenerator with every weight zeroed, then synced from ``named_weights``: its
+    log-probs of its own sample against the engine's "response" forward."""
+    from rlkit_core.generator import WeightUpdate
+    from rlkit_core.testing.generator import HFCopyGenerator
+
+    copy = HFCopyGenerator(engine, folder)
+    with torch.no_grad():
+        for param in copy.model.parameters():
+            param.zero_()
+    copy.update_weights(WeightUpdate(version=1, full=True, weights=lambda: engine.named_weights(trainable_only=False)))
+    ids, mask = prompts()
+    torch.manual_seed(5)  # the ranks of one replica must sample the same rows (they hold the same data)
+    samples = copy.generate(ids, mask, max_new_tokens=NEW_TOKENS, do_sample=True, eos_token_id=None)
+    out = engine.forward("response", {"query_tensors": ids, "response_tensors": samples.ids[:, ids.shape[1]:],
+                                      "attention_mask": torch.cat([mask, torch.ones_like(samples.logprobs, dtype=torch.long)], 1)})
+    return float((samples.logprobs - out["logprobs"]).abs().max())
+
+
 def main(out: Path):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -122,6 +141,7 @@ def main(out: Path):
                 "micro_batch_size": engine.batch_sizes()[1],
                 "forward": micro_batched_forward(engine) if method == "sft" else None,
                 "generator": generator_logprobs(engine) if method == "sft" else None,
+                "synced_copy": synced_copy(engine, out / name / "copy") if method == "sft" else None,
                 **{f"{mode}/{'cache' if cache else 'nocache'}": sample(engine, cache, guidance, **kwargs)
                    for mode, kwargs in modes.items() for cache in (True, False)},
             }

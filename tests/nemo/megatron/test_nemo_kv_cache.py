@@ -82,3 +82,12 @@ def test_the_default_generators_logprobs_equal_the_response_forward_on_every_ran
     runs = [r[case]["generator"] for r in ranks]
     assert runs[0]["logprobs"] == runs[1]["logprobs"]
     assert all(r["max_diff"] <= LOGPROB_ATOL for r in runs), [r["max_diff"] for r in runs]
+
+
+@pytest.mark.parametrize("case", ["tp2/sft", "pp2/sft"])
+def test_named_weights_gather_every_shard_under_hf_names(ranks, case):
+    """A generator with its own weights, zeroed, then synced from the engine: it samples from the
+    engine's policy on both ranks (TP shards and PP stages gathered, HF names)."""
+    from rlkit_core.testing.generator import LOGPROB_ATOL
+
+    assert all(r[case]["synced_copy"] <= LOGPROB_ATOL for r in ranks), [r[case]["synced_copy"] for r in ranks]
