@@ -139,7 +139,7 @@ def make_generator(engine: Any, choice: str | None) -> Generator:
         raise ConfigError(str(exc)) from None
     generator = factory(engine)
     if not isinstance(generator, Generator):
-        raise ConfigError(f"train.generator: {choice} made a {type(generator).__name__}, which lacks members of "
+        raise ConfigError(f"train.generator: {choice} returned {type(generator).__name__}, which lacks members of "
                           f"rlkit_core.generator.Generator (generate, update_weights, release, reclaim, close)")
     return generator
 

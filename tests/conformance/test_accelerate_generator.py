@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlkit_core.generator import Samples, logprob_gap
 from rlkit_core.testing.engine import check_stop_sequences
 from rlkit_core.testing.generator import (
     HFCopyGenerator,
@@ -27,6 +26,7 @@ import walks_setup  # noqa: E402
 
 import rlkit_core as rlkit  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
 PROMPTS = ["a", "bcd", "ef"]
 COPY = "rlkit_core.testing.generator:HFCopyGenerator"
 
@@ -142,15 +142,6 @@ def test_an_unknown_generator_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="train.generator: 'vllm' is not a known generator"):
         run("sft", tmp_path, overrides=dict(train=dict(total_steps=1, generator="vllm")))
-
-
-def test_logprob_gap_over_the_response_mask():
-    a = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -0.5, -0.5]])
-    b = torch.tensor([[-1.5, -2.0, -9.0], [-0.5, -0.25, -0.5]])
-    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
-    gap = logprob_gap(a, b, mask)
-    assert gap == {"policy/logprob_gap_max": 0.5, "policy/logprob_gap_mean": 0.75 / 5}
-    assert isinstance(Samples(a), Samples)
 
 
 def test_a_resumed_run_syncs_its_generator_with_the_checkpoints_weights(tmp_path):

@@ -17,7 +17,7 @@ from rlkit_core.testing.generator import (
 
 import nemo_walks
 
-pytestmark = pytest.mark.usefixtures("megatron_cpu")
+pytestmark = [pytest.mark.usefixtures("megatron_cpu"), pytest.mark.slow]  # trains real runs (rlkit_core.testing.lanes)
 PROMPTS = ["a", "bcd", "ef"]
 
 
