@@ -151,8 +151,13 @@ def check_arguments(mode: str, **given: Any) -> None:
         if not isinstance(stop, str) or not stop:
             raise ConfigError(f"stop_sequences[{i}]: expected a non-empty string, got {stop!r} (an empty one would cut every output)")
     for name in ("reward_fn", "metric_fn"):
-        if given[name] is not None and not callable(given[name]):
-            raise ConfigError(f"{name}: expected a function, got {type(given[name]).__name__}")
+        value = given[name]
+        # GRPO/RLOO take several reward functions (TRL's reward_funcs): a list of functions
+        functions = value if name == "reward_fn" and isinstance(value, (list, tuple)) else [value]
+        for fn in functions:
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"{name}: expected a function{' or a list of functions' if name == 'reward_fn' else ''}, "
+                                  f"got {type(fn).__name__}")
 
 
 def default_config(mode: str, registry: Registry) -> TRLConfig:

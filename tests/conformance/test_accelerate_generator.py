@@ -183,3 +183,31 @@ def test_every_online_trainer_samples_its_rollouts_through_the_generator(kind, t
                                  plugins=[seen])
     assert seen.calls and seen.calls[0] > 0, seen.calls
     check_generator_logprobs(trainer, prompts)
+
+
+def stale_copy(engine):
+    """A generator that misses the sync after step 4, the last before the second rollout phase
+    (a factory for train.generator; every sync sends all trainable weights, so only the last
+    one before sampling leaves it stale)."""
+    return SkippedSync(HFCopyGenerator(engine), skip_version=4)
+
+
+def rollout_records(folder):
+    from rlkit_core.testing.engine import read_records
+
+    return [r for r in read_records(folder) if r["kind"] == "rollout"]
+
+
+def test_ppo_logs_the_generators_logprob_gap_every_phase(tmp_path):
+    """Train/inference agreement: each rollout phase logs how far the generator's log-probs of
+    the sampled tokens are from the trainer's forward; ~0 for the default generator, and a
+    generator that missed a sync shows it (the gap is measured, not assumed)."""
+    overrides = dict(train=dict(total_steps=8, eval_interval=100, checkpoint_interval=100))  # 4 steps a phase
+    run("ppo", tmp_path / "default", overrides=overrides)
+    phases = rollout_records(tmp_path / "default")
+    assert len(phases) >= 2
+    assert all(p["policy/logprob_gap_max"] < 1e-4 for p in phases), [p["policy/logprob_gap_max"] for p in phases]
+    stale = dict(train=dict(overrides["train"], generator=f"{__name__}:stale_copy"))
+    run("ppo", tmp_path / "stale", overrides=stale)
+    gaps = [p["policy/logprob_gap_max"] for p in rollout_records(tmp_path / "stale")]
+    assert gaps[0] < 1e-4 and max(gaps[1:]) > 1e-3, gaps

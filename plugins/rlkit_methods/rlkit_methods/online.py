@@ -32,16 +32,18 @@ from rlkit_methods.loop.trainer import RLTrainer
 
 
 @dataclass
-class Samples:
+class Responses:
     """Sampled responses of one call (or several, :meth:`extend`), one entry per row."""
 
     prompts: list[list[int]] = field(default_factory=list)  # the prompt's real ids
     outputs: list[list[int]] = field(default_factory=list)  # kept response ids (at least one)
     truncated: list[bool] = field(default_factory=list)  # hit max_new_tokens without EOS or a stop sequence
     metadata: list[dict[str, Any]] = field(default_factory=list)  # the prompt's extra columns
+    # the generator's log-probs of the kept ids (rlkit_core.generator), None where it has none
+    logprobs: list[torch.Tensor | None] = field(default_factory=list)
 
-    def extend(self, other: "Samples") -> None:
-        for name in ("prompts", "outputs", "truncated", "metadata"):
+    def extend(self, other: "Responses") -> None:
+        for name in ("prompts", "outputs", "truncated", "metadata", "logprobs"):
             getattr(self, name).extend(getattr(other, name))
 
     def __len__(self) -> int:
@@ -70,6 +72,32 @@ class PhaseTimer:
             if count:
                 stats[f"tokens_per_second/{part}"] = count / max(self.seconds.get(part, 0.0), 1e-9)
         return stats
+
+
+class LogprobGap:
+    """How far the generator's log-probs of the sampled tokens are from the trainer's forward
+    over a phase (train/inference agreement): ``policy/logprob_gap_max`` and ``_mean`` over
+    every rank's response tokens, logged with the phase's stats."""
+
+    def __init__(self):
+        self.total, self.count, self.max = 0.0, 0, 0.0
+
+    def add(self, responses: "Responses", trainer_logprobs: torch.Tensor) -> None:
+        for i, generated in enumerate(responses.logprobs):
+            if generated is None:
+                continue
+            gap = (generated.float() - trainer_logprobs[i, : len(generated)].float()).abs()  # (n,)
+            self.total += float(gap.sum())
+            self.count += gap.numel()
+            self.max = max(self.max, float(gap.max())) if gap.numel() else self.max
+
+    def stats(self, engine) -> dict[str, float]:
+        """Over every rank (collective: every rank calls it at the end of its phase)."""
+        totals = engine.all_reduce_sum(torch.tensor([self.total, float(self.count)], dtype=torch.float64))
+        largest = max(engine.gather_object(self.max))
+        if float(totals[1]) == 0:
+            return {}
+        return {"policy/logprob_gap_max": largest, "policy/logprob_gap_mean": float(totals[0] / totals[1])}
 
 
 class OnlineTrainer(RLTrainer):
@@ -134,24 +162,28 @@ class OnlineTrainer(RLTrainer):
                     return k, True
         return max(length, 1), ended
 
-    def sample(self, batch: dict[str, Any], timer: PhaseTimer | None = None, **kwargs) -> Samples:
-        """Sample a collated prompt batch (``self.generate``) and cut the responses."""
+    def sample_responses(self, batch: dict[str, Any], timer: PhaseTimer | None = None, **kwargs) -> Responses:
+        """Sample a collated prompt batch through the generator (:meth:`sample`) and cut the
+        responses, keeping the generator's log-probs of the kept tokens."""
         start = time.time()
-        samples = self.generate(batch["input_ids"], batch["attention_mask"], **kwargs)
+        generated = self.sample(batch["input_ids"], batch["attention_mask"], **kwargs)
         seconds = time.time() - start
         width = batch["input_ids"].shape[1]
         prompts = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
-        raw = [row[width:].tolist() for row in samples]
+        raw = [row[width:].tolist() for row in generated.ids]
         cuts = [self.cut_response(o) for o in raw]
         outputs = [o[:n] for o, (n, _) in zip(raw, cuts)]
         metadata = {k: v for k, v in batch.items() if k not in NOT_METADATA}
+        logprobs = generated.logprobs
+        # a row's kept tokens may run past what the sampler returned only when it has no log-probs
+        kept = [logprobs[i, :n] if logprobs is not None and logprobs.shape[1] >= n else None for i, (n, _) in enumerate(cuts)]
         if timer is not None:
             timer.seconds["generate"] += seconds
             timer.tokens["generate"] += sum(n for n, _ in cuts)
-        return Samples(prompts, outputs, [not ended for _, ended in cuts],
-                       [dict(zip(metadata, v)) for v in zip(*metadata.values())] or [{} for _ in prompts])
+        return Responses(prompts, outputs, [not ended for _, ended in cuts],
+                         [dict(zip(metadata, v)) for v in zip(*metadata.values())] or [{} for _ in prompts], kept)
 
-    def score_samples(self, samples: Samples, score: Callable[[list[ScoreRow]], list], *, mine: bool = True,
+    def score_samples(self, samples: Responses, score: Callable[[list[ScoreRow]], list], *, mine: bool = True,
                       append_eos_token: bool = False) -> list:
         """Decode this rank's samples; ``score`` runs once on the main process over every rank's
         rows (one entry per row); this rank's entries come back (every entry with ``mine=False``)."""
@@ -176,7 +208,7 @@ class OnlineTrainer(RLTrainer):
         r_mask = pad([torch.ones(len(o), dtype=torch.long) for o in outputs], 0, "right")  # (B, R)
         return {"query_tensors": query, "response_tensors": response, "attention_mask": torch.cat([q_mask, r_mask], dim=1)}, r_mask
 
-    def forward_samples(self, samples: Samples, want: tuple[str, ...], timer: PhaseTimer | None = None) -> dict[str, Any]:
+    def forward_samples(self, samples: Responses, want: tuple[str, ...], timer: PhaseTimer | None = None) -> dict[str, Any]:
         """The engine's no-grad ``response`` forward on the samples."""
         start = time.time()
         batch, _ = self.response_batch(samples.prompts, samples.outputs, self.tokenizer.pad_token_id)

@@ -29,7 +29,7 @@ from rlkit_methods.data.padding import pad
 from rlkit_methods.grpo.losses import group_advantages, group_std, grpo_loss, rloo_advantages, rloo_kl_rewards, rloo_loss
 from rlkit_methods.grpo.rewards import WeightedRewards, function_name, reward_functions, score_each
 from rlkit_methods.grpo.store import GroupElement, GroupRolloutStorage
-from rlkit_methods.online import OnlineTrainer, PhaseTimer, Samples
+from rlkit_methods.online import LogprobGap, OnlineTrainer, PhaseTimer, Responses
 
 
 class GRPOTrainer(OnlineTrainer):
@@ -61,10 +61,10 @@ class GRPOTrainer(OnlineTrainer):
         """pi_old differs from the policy being trained once a phase takes more than one step."""
         return self.config.method.num_iterations > 1 or math.ceil(num_rollouts / self.engine.batch_sizes()[0]) > 1
 
-    def sample_chunk(self, want: tuple[str, ...] | None, timer: PhaseTimer) -> dict[str, list]:
+    def sample_chunk(self, want: tuple[str, ...] | None, timer: PhaseTimer, gap: LogprobGap) -> dict[str, list]:
         """Sample one chunk of groups; with ``want`` (not None) run the engine's forward on it."""
         G = self.config.method.num_generations
-        samples = self.sample(self.next_prompt_chunk(self.config.method.chunk_size // G, repeat=G), timer,
+        samples = self.sample_responses(self.next_prompt_chunk(self.config.method.chunk_size // G, repeat=G), timer,
                               **self.experience_kwargs)
         part = {"prompts": samples.prompts, "outputs": samples.outputs, "truncated": samples.truncated,
                 "metadata": samples.metadata}
@@ -73,6 +73,7 @@ class GRPOTrainer(OnlineTrainer):
         out = self.forward_samples(samples, want, timer)
         lengths = [len(o) for o in samples.outputs]
         if "logprobs" in out:  # an engine may leave them out when want says "no_logprobs"
+            gap.add(samples, out["logprobs"])
             part["logprobs"] = [out["logprobs"][i, :n] for i, n in enumerate(lengths)]
         if "ref_logprobs" in out:
             part["ref_logprobs"] = [out["ref_logprobs"][i, :n] for i, n in enumerate(lengths)]
@@ -105,15 +106,15 @@ class GRPOTrainer(OnlineTrainer):
         want = tuple(w for w, on in (("ref_logprobs", method.beta > 0), ("trunk", self.cache_trunk),
                                      ("no_logprobs", not keep_old)) if on)
         run_forward = method.beta > 0 or keep_old
-        timer = PhaseTimer()
+        timer, gap = PhaseTimer(), LogprobGap()
         rows: dict[str, list] = {}
         while len(rows.get("outputs", [])) < num_rollouts:
-            for key, values in self.sample_chunk(want if run_forward else None, timer).items():
+            for key, values in self.sample_chunk(want if run_forward else None, timer, gap).items():
                 rows.setdefault(key, []).extend(values)
         rows = {k: v[:num_rollouts] for k, v in rows.items()}
 
         with timer.time("score"):
-            samples = Samples(rows["prompts"], rows["outputs"], rows["truncated"], rows["metadata"])
+            samples = Responses(rows["prompts"], rows["outputs"], rows["truncated"], rows["metadata"])
             per_function = torch.tensor(self.score_samples(samples, self.reward_table), dtype=torch.float32)
             per_function = per_function.view(num_rollouts, -1)  # (N, F)
         rewards = per_function @ torch.tensor(self.reward_weights)  # (N,)
@@ -137,6 +138,7 @@ class GRPOTrainer(OnlineTrainer):
         lengths = [len(o) for o in rows["outputs"]]
         stats["completions/mean_length"] = sum(lengths) / len(lengths)
         stats["completions/clipped_ratio"] = sum(rows["truncated"]) / len(lengths)
+        stats.update(gap.stats(self.engine))
         self.finish_phase(stats, timer)
 
     # --- learning ----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from rlkit_core.errors import ConfigError, RlkitError
 from rlkit_methods.common.stats import RunningMoments
 from rlkit_methods.common.validate import check_token_scores
 from rlkit_methods.data.padding import pad
-from rlkit_methods.online import OnlineTrainer, PhaseTimer
+from rlkit_methods.online import LogprobGap, OnlineTrainer, PhaseTimer
 from rlkit_methods.ppo.losses import clip_scores, kl_penalty_rewards, phase_advantages_and_returns, ppo_loss, scale_scores
 from rlkit_methods.ppo.store import PPORLBatch, PPORLElement, PPORolloutStorage
 
@@ -76,10 +76,10 @@ class PPOTrainer(OnlineTrainer):
             self.progress_bar.show_phase("rollout")
         method = self.config.method
         want = ("ref_logprobs", "trunk") if self.cache_trunk else ("ref_logprobs",)
-        timer = PhaseTimer()
+        timer, gap = PhaseTimer(), LogprobGap()
         elements, all_scores, all_kl = [], [], []
         while len(elements) < num_rollouts:
-            samples = self.sample(self.next_prompt_chunk(), timer, **self.experience_kwargs)
+            samples = self.sample_responses(self.next_prompt_chunk(), timer, **self.experience_kwargs)
             with timer.time("score"):
                 scores = self.score_samples(samples, self.reward_scores)
 
@@ -93,6 +93,7 @@ class PPOTrainer(OnlineTrainer):
                 score_t = self.scale(score_t, score_mask)
 
             out = self.forward_samples(samples, want, timer)
+            gap.add(samples, out["logprobs"])
             with timer.time("forward"):
                 lengths = [len(o) for o in samples.outputs]
                 r_mask = pad([torch.ones(n, dtype=torch.long) for n in lengths], 0, "right")
@@ -111,7 +112,7 @@ class PPOTrainer(OnlineTrainer):
         total = self.engine.all_reduce_sum(torch.tensor([kl.sum().item(), float(kl.numel())], dtype=torch.float64))
         self.mean_kl = (total[0] / total[1].clamp(min=1)).item()
         stats = {**self.score_stats(torch.cat(all_scores)), "policy/sqrt_kl": max(self.mean_kl, 0.0) ** 0.5,
-                 "kl_ctl_value": float(self.kl_ctl.value)}
+                 "kl_ctl_value": float(self.kl_ctl.value), **gap.stats(self.engine)}
         self.finish_phase(stats, timer)
 
     def set_advantages(self, elements: list[PPORLElement]) -> None:

@@ -25,7 +25,7 @@ import torch
 from rlkit_core.engine import ModelSpec
 from rlkit_core.errors import ConfigError
 
-from rlkit_methods.online import OnlineTrainer, PhaseTimer, Samples
+from rlkit_methods.online import OnlineTrainer, PhaseTimer, Responses
 from rlkit_methods.rft.selection import add_generations, is_growth_step, select_samples
 from rlkit_methods.rft.store import make_rft_store
 from rlkit_methods.sft.losses import output_nll
@@ -49,7 +49,7 @@ class RFTTrainer(OnlineTrainer):
 
     # --- experience ----------------------------------------------------------------------------
 
-    def sample_prompts(self, timer: PhaseTimer) -> Samples:
+    def sample_prompts(self, timer: PhaseTimer) -> Responses:
         """``n_generations_per_prompt`` samples of each of this rank's prompts.
 
         Each generation call holds ``train.batch_size`` (prompt, repeat) rows, as many rows as
@@ -58,13 +58,13 @@ class RFTTrainer(OnlineTrainer):
         indices = list(range(engine.process_index, len(pipeline), engine.num_processes))
         rows = [i for i in indices for _ in range(method.n_generations_per_prompt)]
         size = self.config.train.batch_size
-        samples = Samples()
+        samples = Responses()
         for start in range(0, len(rows), size):
-            samples.extend(self.sample(pipeline.collate([pipeline[i] for i in rows[start : start + size]]), timer))
+            samples.extend(self.sample_responses(pipeline.collate([pipeline[i] for i in rows[start : start + size]]), timer))
         samples.metadata = [{} for _ in samples.prompts]  # trlX's RFT gives its reward function no metadata
         return samples
 
-    def score(self, samples: Samples) -> tuple[list[str], list[str], list[float]]:
+    def score(self, samples: Responses) -> tuple[list[str], list[str], list[float]]:
         """Every rank's samples, scored once on the main process; the same lists on every rank."""
         def score(rows) -> list[tuple[str, str, float]]:
             scores = self.reward_scores(rows)
