@@ -80,7 +80,7 @@ def main() -> None:
     timer = PhaseTimer(spec["device"])
     workdir = tempfile.mkdtemp(prefix="rlkit-bench-")
     with timer.section("load"):
-        from rlkit_methods.loop.metrics_log import read_metrics
+        from rlkit_methods.run.metrics_log import read_metrics
 
         trainer = build_trainer(spec, method, unfrozen, workdir)
 

@@ -21,9 +21,7 @@ its plugin failed, with the plugin named.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
-import threading
 import importlib.util
 import os
 import sys
@@ -34,8 +32,9 @@ import attrs
 import pluggy
 
 from rlkit_core import hookspecs
-from rlkit_core.deadline import TIMEOUT_ENV, ImportTimedOut, UserInterrupt, call_with_deadline, import_timeout
+from rlkit_core.deadline import UserInterrupt, call_with_deadline, import_timeout
 from rlkit_core.errors import PluginError
+from rlkit_core.plugin_isolation import _import_failure, _one_line, plugin_code
 from rlkit_core.registry import (
     BackendSpec,
     MethodSpec,
@@ -68,41 +67,6 @@ class PluginStatus:
         if self.distribution:
             return f"{self.name} ({self.distribution} {self.version})"
         return f"{self.name} ({self.source})"
-
-
-@contextlib.contextmanager
-def plugin_code():
-    """Around a plugin's import and registration hooks: what it prints goes to stderr (stdout
-    carries ``--json`` and ``config show`` output), and the threads it starts are recorded so
-    that the CLI does not wait for them at exit (:func:`plugin_threads`)."""
-    before = set(threading.enumerate())
-    with contextlib.redirect_stdout(sys.stderr):
-        yield
-    _PLUGIN_THREADS.extend(t for t in threading.enumerate() if t not in before and not t.daemon)
-
-
-_PLUGIN_THREADS: list[threading.Thread] = []
-
-
-def plugin_threads() -> list[threading.Thread]:
-    """Non-daemon threads that plugins started and that still run."""
-    return [t for t in _PLUGIN_THREADS if t.is_alive()]
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-def _import_failure(exc: BaseException) -> str:
-    """One line for anything a plugin's import raised, exits and interrupts included."""
-    if isinstance(exc, SystemExit):
-        return f"called sys.exit({exc.code!r}) at import; a plugin must raise an error instead of exiting"
-    if isinstance(exc, KeyboardInterrupt):
-        return "raised KeyboardInterrupt at import"
-    if isinstance(exc, ImportTimedOut):
-        return f"import {exc} (raise {TIMEOUT_ENV} if it is only slow)"
-    return _one_line(exc)
 
 
 SPEC_TYPES = {"method": MethodSpec, "backend": BackendSpec, "pipeline": PipelineSpec, "reward": RewardSpec}

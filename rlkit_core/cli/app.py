@@ -191,7 +191,7 @@ def _add_plugin_commands() -> None:
     (recorded for ``rlkit plugins``, and one warning line), never the others or ``--help``."""
     from rlkit_core.plugins import get_host
 
-    from rlkit_core.plugins import plugin_code
+    from rlkit_core.plugin_isolation import plugin_code
 
     app.registered_commands[:], app.registered_groups[:] = (list(x) for x in _CORE_COMMANDS)
     host = get_host()
@@ -306,7 +306,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _exit(code: int) -> int:
-    from rlkit_core.plugins import plugin_threads
+    from rlkit_core.plugin_isolation import plugin_threads
 
     threads = plugin_threads()
     if threads and _as_command():  # a plugin's thread would keep the command alive after its work is done

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Mapping
 
-from rlkit_core.config.checks import (
+from rlkit_core.config.validators import (
     at_least,
     finite,
     in_closed_interval,

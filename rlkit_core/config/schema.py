@@ -1,7 +1,7 @@
 """The config schema: trlX's ``TRLConfig`` sections with trlX's field names and defaults, plus
 rlkit's ``data``, ``reward`` and ``metric`` sections that the CLI needs.
 
-Range checks are attrs validators built from :mod:`rlkit_core.config.checks`; when a whole
+Range checks are attrs validators built from :mod:`rlkit_core.config.validators`; when a whole
 config is structured they run after structuring so that all problems are reported together.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import attrs
 
-from rlkit_core.config.checks import at_least, exactly_one, file_suffix, module_attribute, one_of, positive
+from rlkit_core.config.validators import at_least, exactly_one, file_suffix, module_attribute, one_of, positive
 
 FILE_SUFFIXES = (".jsonl", ".csv", ".txt")
 

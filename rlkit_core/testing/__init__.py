@@ -12,7 +12,7 @@ Enable it in a ``conftest.py`` with ``pytest_plugins = ["rlkit_core.testing"]`` 
   distribution with entry points for one test.
 
 and reusable fakes (:mod:`rlkit_core.testing.fakes`) and conformance checks
-(:mod:`rlkit_core.testing.checks`).
+(:mod:`rlkit_core.testing.plugin_checks`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from rlkit_core.plugins import PluginHost, get_host, set_host
-from rlkit_core.testing.checks import check_imports_no_torch, check_metric_fn, check_plugin, check_reward_fn
+from rlkit_core.testing.plugin_checks import check_imports_no_torch, check_metric_fn, check_plugin, check_reward_fn
 from rlkit_core.testing.distributions import forget_modules, write_distribution
 from rlkit_core.testing.fakes import (
     FakeMethodConfig,

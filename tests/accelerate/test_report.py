@@ -7,7 +7,7 @@ import json
 import pytest
 from rich.console import Console
 
-from rlkit_methods.loop.report import report, summary
+from rlkit_methods.run.end_report import report, summary
 from rlkit_core.cli import main
 
 

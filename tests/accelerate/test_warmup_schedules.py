@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlkit_accelerate.optim import make_scheduler
-from rlkit_methods.checks import class_kwargs
+from rlkit_methods.config_checks import class_kwargs
 
 
 def lrs(name, kwargs, total_steps=10):

@@ -35,7 +35,7 @@ def test_reinforce_from_a_plugin_distribution_trains_on_accelerate(tmp_path, fak
     assert type(trainer).__name__ == "AccelerateReinforceTrainer" and type(trainer).__mro__[1].__name__ == "ReinforceTrainer"
     assert type(trainer.engine).__name__ == "AccelerateEngine"
     assert trainer.iter_count == 8
-    from rlkit_methods.loop.metrics_log import read_metrics
+    from rlkit_methods.run.metrics_log import read_metrics
 
     train = [r for r in read_metrics(tmp_path / "ckpts" / "logs") if r["kind"] == "train"]
     assert len(train) == 8 and all(torch.isfinite(torch.tensor(r["losses/policy_loss"])) for r in train)

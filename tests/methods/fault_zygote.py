@@ -31,7 +31,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402,F401
 import accelerate  # noqa: E402,F401
 
-import rlkit_methods.loop.checkpoint as checkpoint  # noqa: E402
+import rlkit_methods.run.checkpoint as checkpoint  # noqa: E402
 from rlkit_core.cli import main  # noqa: E402
 from rlkit_core.plugins import get_host  # noqa: E402
 
@@ -41,7 +41,7 @@ from transformers import CONFIG_MAPPING, GPT2LMHeadModel  # noqa: E402,F401
 from transformers.generation.utils import GenerationMixin  # noqa: E402,F401
 
 CONFIG_MAPPING["gpt2"]
-for _module in ("deepspeed", "rlkit_methods.checks", "rlkit_methods.rewards.randomwalks", "rlkit_methods.loop.report",
+for _module in ("deepspeed", "rlkit_methods.config_checks", "rlkit_methods.rewards.randomwalks", "rlkit_methods.run.end_report",
                 "rlkit_accelerate.trainers", "rlkit_accelerate.trainers.sft", "rlkit_methods.sft.trainer"):
     try:
         __import__(_module)
@@ -79,7 +79,7 @@ def arm(kill: dict) -> None:
                 die()
             return done
 
-        for name in ("rlkit_accelerate.trainers.base", "rlkit_methods.loop.trainer", "rlkit_methods.loop.checkpoint"):
+        for name in ("rlkit_accelerate.trainers.base", "rlkit_methods.loop.trainer", "rlkit_methods.run.checkpoint"):
             module = sys.modules.get(name)
             if module is None:
                 try:

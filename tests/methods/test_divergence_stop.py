@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlkit_methods.loop.divergence import Diverged, stop_if_diverged
+from rlkit_methods.run.divergence import Diverged, stop_if_diverged
 
 
 def stub(tmp_path, step, enabled=True):

@@ -65,7 +65,7 @@ def final_weights(ckpts: Path) -> dict:
 
 
 def losses(ckpts: Path) -> dict:
-    from rlkit_methods.loop.metrics_log import read_metrics
+    from rlkit_methods.run.metrics_log import read_metrics
 
     return {r["step"]: r.get("loss", r.get("losses/loss")) for r in read_metrics(ckpts / "logs") if r["kind"] == "train"}
 

@@ -12,7 +12,7 @@ from rlkit_core.config import read_yaml
 from rlkit_core.errors import ConfigError, RlkitError
 from rlkit_core.testing import config_dict
 from rlkit_methods.common.validate import check_scores
-from rlkit_methods.loop.checkpoint import damaged_files, read_errors
+from rlkit_methods.run.checkpoint import damaged_files, read_errors
 
 
 def test_a_utf16_config_from_a_windows_editor_loads(tmp_path):

@@ -7,8 +7,8 @@ import pytest
 from rich.console import Console
 
 from rlkit_core.errors import RlkitError
-from rlkit_methods.loop.metrics_log import METRICS_FILE, SAMPLES_FILE, MetricsLog, read_metrics
-from rlkit_methods.loop.report import report
+from rlkit_methods.run.metrics_log import METRICS_FILE, SAMPLES_FILE, MetricsLog, read_metrics
+from rlkit_methods.run.end_report import report
 
 
 def huge_reward_run(root):

@@ -5,8 +5,8 @@ import io
 import re
 import time
 
-from rlkit_methods.loop import reporting
-from rlkit_methods.loop.reporting import _Lines, progress
+from rlkit_methods.run import console as reporting
+from rlkit_methods.run.console import _Lines, progress
 
 
 class FakeClock:
@@ -149,7 +149,7 @@ def test_phases_before_learn_get_a_log_line_each():
     records = []
     handler = logging.Handler()
     handler.emit = records.append
-    logger = logging.getLogger("rlkit_methods.loop.reporting")
+    logger = logging.getLogger("rlkit_methods.run.console")
     logger.addHandler(handler)
     old = logger.level
     logger.setLevel(logging.INFO)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from rlkit_methods.loop.report import figure, report, summary
+from rlkit_methods.run.end_report import figure, report, summary
 
 
 def write_jsonl(path, records):

@@ -8,7 +8,7 @@ import pytest
 
 from rlkit_core import load_config
 from rlkit_core.errors import ConfigError
-from rlkit_methods.loop.resume import check_resume_config, finished_message, steps_left
+from rlkit_methods.run.resume import check_resume_config, finished_message, steps_left
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT = ROOT / "examples" / "randomwalks" / "sft_randomwalks.yml"

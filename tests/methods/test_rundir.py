@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rlkit_core.errors import ConfigError, RlkitError
-from rlkit_methods.loop.checkpoint import (
+from rlkit_methods.run.checkpoint import (
     RLKIT_MARKER,
     atomic_directory,
     commit_temporary,
@@ -21,7 +21,7 @@ from rlkit_methods.loop.checkpoint import (
     temporary_for,
     write_errors,
 )
-from rlkit_methods.loop.rundir import LOCK_FILE, claim
+from rlkit_methods.run.rundir import LOCK_FILE, claim
 
 
 def finished_run(root, steps=(2, 4)):
@@ -71,7 +71,7 @@ def test_two_runs_at_once_in_one_folder_the_second_is_refused(tmp_path):
     first = claim(root, resume=False, overwrite=False, is_main_process=True)
     # another live process holds it: the lock names our own pid, seen from a child
     code = (
-        "import sys; from rlkit_methods.loop.rundir import claim\n"
+        "import sys; from rlkit_methods.run.rundir import claim\n"
         f"claim({str(root)!r}, resume=True, overwrite=False, is_main_process=True)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -127,7 +127,7 @@ def test_a_removed_complete_marker_is_refused_not_skipped(tmp_path):
 
 
 def test_a_full_disk_is_named_and_the_partial_checkpoint_removed(tmp_path, monkeypatch):
-    import rlkit_methods.loop.checkpoint as checkpoint
+    import rlkit_methods.run.checkpoint as checkpoint
 
     final = tmp_path / "checkpoint_2"
     tmp = start_temporary(final)

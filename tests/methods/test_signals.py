@@ -12,7 +12,7 @@ import yaml
 
 from rlkit_core.errors import RunInterrupted
 from rlkit_core.testing import config_dict
-from rlkit_methods.loop.signals import stop_on_signals
+from rlkit_methods.run.signals import stop_on_signals
 
 
 def wait_for(stop, seconds=5.0):
@@ -44,7 +44,7 @@ LOOP_PLUGIN = """
 import time
 from pathlib import Path
 from rlkit_core.testing.fakes import FakePlugin, FakeTrainer
-from rlkit_methods.loop.signals import stop_on_signals
+from rlkit_methods.run.signals import stop_on_signals
 
 _fakes = FakePlugin()
 rlkit_register_methods = _fakes.rlkit_register_methods

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rlkit_core.errors import RlkitError
-from rlkit_methods.loop.checkpoint import rng_state as rng_state_from_checkpoint
-from rlkit_methods.loop.state import read_state, rng_state, set_rng_state, write_state
+from rlkit_methods.run.checkpoint import rng_state as rng_state_from_checkpoint
+from rlkit_methods.run.state import read_state, rng_state, set_rng_state, write_state
 
 class Boom:
     def __init__(self, mark: Path) -> None:

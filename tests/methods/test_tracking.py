@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlkit_core import load_config
-from rlkit_methods.loop import tracking
-from rlkit_methods.loop.tracking import Tracker
+from rlkit_methods.run import tracking
+from rlkit_methods.run.tracking import Tracker
 
 ROOT = Path(__file__).resolve().parents[2]
 SFT = ROOT / "examples" / "randomwalks" / "sft_randomwalks.yml"

@@ -203,7 +203,7 @@ def test_generate_random_walks_has_trlx_signature_and_results():
 
 def test_logging_sets_every_rlkit_logger_and_turns_progress_off(capsys, monkeypatch):
     import rlkit_core.logging as rlkit_logging
-    from rlkit_methods.loop.reporting import progress
+    from rlkit_methods.run.console import progress
 
     monkeypatch.delenv(rlkit_logging.PROGRESS_ENV, raising=False)
     before = {p: logging.getLogger(p).level for p in rlkit_logging.PACKAGES}

@@ -29,7 +29,7 @@ def file_cases(tmp: Path) -> list[tuple[str, object]]:
     import torch
     from safetensors.torch import save_file
 
-    from rlkit_methods.loop.checkpoint import read_errors
+    from rlkit_methods.run.checkpoint import read_errors
 
     probes: list[tuple[str, object]] = []
 
@@ -64,7 +64,7 @@ def file_cases(tmp: Path) -> list[tuple[str, object]]:
     add("truncated scheduler.json", damaged("c5", "scheduler.json", half, lambda p: __import__("json").loads(p.read_text())))
 
     def malicious_state():
-        from rlkit_methods.loop.state import read_state
+        from rlkit_methods.run.state import read_state
 
         path = tmp / "trainer_state_0.pt"
         torch.save({"iter_count": 3, "evil": Boom(tmp / "pwned")}, path)
@@ -88,8 +88,8 @@ def file_cases(tmp: Path) -> list[tuple[str, object]]:
     add("malicious pickle in accelerate/pytorch_model.bin", malicious_engine_file("c7", "accelerate/pytorch_model.bin"))
 
     # --- 10. metrics log and report -------------------------------------------------------------------
-    from rlkit_methods.loop.metrics_log import MetricsLog, read_metrics
-    from rlkit_methods.loop.report import report
+    from rlkit_methods.run.metrics_log import MetricsLog, read_metrics
+    from rlkit_methods.run.end_report import report
 
     def run_logs(name: str, **metrics) -> Path:
         log = MetricsLog(tmp / name / "logs")
@@ -161,7 +161,7 @@ def file_cases(tmp: Path) -> list[tuple[str, object]]:
 
     # --- 12. resuming with another config ------------------------------------------------------------
     from rlkit_core import load_config
-    from rlkit_methods.loop.resume import check_resume_config
+    from rlkit_methods.run.resume import check_resume_config
 
     tiny = {"model.model_path": {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "vocab_size": 23}}
     saved = tmp / "resume" / "checkpoint_4"
@@ -175,12 +175,12 @@ def file_cases(tmp: Path) -> list[tuple[str, object]]:
     ]:
         add(f"resume with {label}", refuse_call(lambda change=change: check_resume_config(saved, load_config(SFT, {**tiny, **change})), expect))
     add("resume with more total_steps", handled_call(lambda: check_resume_config(saved, load_config(SFT, {**tiny, "train.total_steps": 900}))))
-    from rlkit_methods.loop.resume import steps_left
+    from rlkit_methods.run.resume import steps_left
 
     add("resume a finished run", handled_call(lambda: None if steps_left(500, 500) == 0 else ("silent-wrong", "steps left")))
 
     # --- 13. signals -------------------------------------------------------------------------------------
-    from rlkit_methods.loop.signals import stop_on_signals
+    from rlkit_methods.run.signals import stop_on_signals
 
     def first_signal_is_a_flag(signum, code):
         def check():

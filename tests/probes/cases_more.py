@@ -70,7 +70,7 @@ def more_cases(tmp: Path) -> list[tuple[str, object]]:
     add("lifecycle hook raising names the plugin", refuse_call(_raising_hook, "plugin 'observer': rlkit_step_end raised"))
 
     # --- 8. run folders ------------------------------------------------------------------------
-    from rlkit_methods.loop import checkpoint, rundir
+    from rlkit_methods.run import checkpoint, rundir
 
     def finished_run(name: str) -> Path:
         root = tmp / name
@@ -227,11 +227,11 @@ def _raising_hook():
 def _live_lock(tmp: Path):
     def check():
         root = tmp / "locked"
-        from rlkit_methods.loop import rundir
+        from rlkit_methods.run import rundir
 
         holder = rundir.claim(root, resume=False, overwrite=False, is_main_process=True)
         try:
-            code = f"from rlkit_methods.loop.rundir import claim\nclaim({str(root)!r}, resume=True, overwrite=False, is_main_process=True)"
+            code = f"from rlkit_methods.run.rundir import claim\nclaim({str(root)!r}, resume=True, overwrite=False, is_main_process=True)"
             result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         finally:
             holder.release()
@@ -244,7 +244,7 @@ def _live_lock(tmp: Path):
 
 def _stale_lock(tmp: Path):
     def check():
-        from rlkit_methods.loop import rundir
+        from rlkit_methods.run import rundir
 
         root = tmp / "stale"
         root.mkdir()
@@ -256,7 +256,7 @@ def _stale_lock(tmp: Path):
 
 def _empty_lock(tmp: Path):
     def check():
-        from rlkit_methods.loop import rundir
+        from rlkit_methods.run import rundir
 
         root = tmp / "emptylock"
         root.mkdir()

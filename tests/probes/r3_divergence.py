@@ -11,7 +11,7 @@ from r3_common import SFT, check, raises, validate
 
 def stop_check(stats, step=3, enabled=True):
     def call():
-        from rlkit_methods.loop import divergence
+        from rlkit_methods.run import divergence
 
         divergence.check_finite(stats, step, enabled=enabled, last_checkpoint=Path("ckpts/checkpoint_2"))
     return call
@@ -26,7 +26,7 @@ def cases(tmp: Path) -> list[tuple[str, object]]:
     def missing(fn, expect):
         def probe():
             try:
-                __import__("rlkit_methods.loop.divergence")
+                __import__("rlkit_methods.run.divergence")
             except ImportError:
                 return "unclear", "no divergence stop: non-finite losses train on, then sampling fails"
             return raises(fn, expect)()

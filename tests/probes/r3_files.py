@@ -22,7 +22,7 @@ def finished_run(root: Path, steps=(2, 4)) -> Path:
 
 
 def claim(root, **kw):
-    from rlkit_methods.loop.rundir import claim as claim_
+    from rlkit_methods.run.rundir import claim as claim_
 
     kw.setdefault("resume", False)
     kw.setdefault("overwrite", False)
@@ -115,7 +115,7 @@ def cases(tmp: Path) -> list[tuple[str, object]]:
     add("overwrite over a symlinked checkpoint", check(symlinked_checkpoint))
 
     def report_through_symlink():
-        from rlkit_methods.loop.report import report
+        from rlkit_methods.run.end_report import report
 
         root = finished_run(tmp / "rep")
         victim = write(tmp / "victim.txt", "precious")
@@ -129,7 +129,7 @@ def cases(tmp: Path) -> list[tuple[str, object]]:
     add("rlkit report with report.png a symlink", check(report_through_symlink))
 
     def report_png_directory():
-        from rlkit_methods.loop.report import report
+        from rlkit_methods.run.end_report import report
 
         root = finished_run(tmp / "rep2")
         (root / "report.png").mkdir()

@@ -20,7 +20,7 @@ def saved_checkpoint(tmp: Path, config: str, *sets: str) -> Path:
 
 def resume_check(ckpt: Path, config: str, sets: list[str]):
     from rlkit_core import load_config
-    from rlkit_methods.loop.resume import check_resume_config
+    from rlkit_methods.run.resume import check_resume_config
 
     return lambda: check_resume_config(ckpt, load_config(config, sets))
 

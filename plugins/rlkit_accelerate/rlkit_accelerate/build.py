@@ -89,7 +89,7 @@ def with_saved_heads(model, heads, config):
 def plain_lm(config, num_layers_unfrozen: int, *, prompt_learning: bool):
     """The LM alone (SFT), its lower blocks frozen; peft (prompt learning included) when asked."""
     from rlkit_accelerate.models import find_layout, freeze_trunk
-    from rlkit_accelerate.models.policy import check_unfrozen
+    from rlkit_accelerate.models.heads import check_unfrozen
     from rlkit_accelerate.models.seq2seq import find_seq2seq_layout
 
     model = load_base_model(config, prompt_learning=prompt_learning)

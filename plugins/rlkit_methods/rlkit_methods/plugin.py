@@ -124,7 +124,7 @@ def rlkit_register_commands(app):
                        plot_to: Path = typer.Option(None, "--plot", metavar="FILE",
                                                     help="Where to write the plot (default: report.png in the run's folder).")):
         """Print a run's report (before/after samples, reward, time per phase) and write report.png."""
-        from rlkit_methods.loop.report import report
+        from rlkit_methods.run.end_report import report
 
         report(run_dir, plot_to=plot_to)
 
@@ -134,7 +134,7 @@ def rlkit_train_end(trainer, error, is_main_process):
     """After a successful run of an rlkit trainer, the report (main process only)."""
     if error is not None or not is_main_process or getattr(trainer, "logging_dir", None) is None:
         return
-    from rlkit_methods.loop.report import report
+    from rlkit_methods.run.end_report import report
 
     report(trainer.logging_dir, checkpoint_dir=getattr(trainer, "checkpoint_dir", None))
 
@@ -142,6 +142,6 @@ def rlkit_train_end(trainer, error, is_main_process):
 @hookimpl
 def rlkit_check_config(config):
     """gen_kwargs, optimizer.kwargs and scheduler.kwargs, before a model is loaded."""
-    from rlkit_methods.checks import check_config
+    from rlkit_methods.config_checks import check_config
 
     return check_config(config)

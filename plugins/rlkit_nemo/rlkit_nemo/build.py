@@ -3,7 +3,7 @@ an HF model or a NeMo checkpoint (``pretrained_model``, else ``model.model_path`
 from the Megatron YAML, with the spec's heads on the last pipeline stage, its lower blocks
 frozen, and a frozen reference equal to the initial policy that shares those blocks.
 
-Each rank reads only its slice of the weights (:mod:`rlkit_nemo.loading`): an HF folder's
+Each rank reads only its slice of the weights (:mod:`rlkit_nemo.sliced_loading`): an HF folder's
 safetensors are read tensor by tensor, rows or columns at a time, and a NeMo checkpoint's
 ``mp_rank_XX`` files only where they hold the rank's slice. No rank holds the whole model.
 """
@@ -52,7 +52,7 @@ def _hf_folder_config(source: Any):
         return None
     from transformers import AutoConfig
 
-    from rlkit_nemo.loading import SafetensorsFile
+    from rlkit_nemo.sliced_loading import SafetensorsFile
 
     if SafetensorsFile.from_folder(source) is None or not os.path.isfile(os.path.join(source, "config.json")):
         return None
@@ -69,7 +69,7 @@ def model_source(yaml_model: dict, source: Any, vocab_size: int):
     With an HF model or a NeMo checkpoint the architecture is theirs (a NeMo checkpoint
     without ``model_config.yaml``, as trlX saved them, takes the Megatron YAML's); the parallel
     sizes, dtype, dropout, recompute, vocabulary padding and Transformer Engine settings stay
-    the Megatron YAML's. ``weights`` is a :class:`rlkit_nemo.loading.Source`. The vocabulary is
+    the Megatron YAML's. ``weights`` is a :class:`rlkit_nemo.sliced_loading.Source`. The vocabulary is
     the HF config's, else ``vocab_size`` (the tokenizer's)."""
     from rlkit_nemo.convert import DictReader, HFWeights, hf_config_from_megatron, hf_source, megatron_model_config
     from rlkit_nemo.nemo_checkpoint import is_nemo_checkpoint
@@ -188,10 +188,10 @@ def build_model(model_cfg: dict, vocab: int, weights, spec, *, make_heads: Optio
                 device: torch.device, tp: int):
     """(policy, reference or None) for ``spec`` on this rank, the policy on ``device`` with its
     lower blocks frozen. The embedding is padded to Megatron's vocabulary size; padded logits
-    are masked (:func:`rlkit_nemo.loading.mask_padded_vocab`), in the reference too."""
-    from rlkit_nemo.loading import load_weights, mask_padded_vocab
+    are masked (:func:`rlkit_nemo.sliced_loading.mask_padded_vocab`), in the reference too."""
+    from rlkit_nemo.sliced_loading import load_weights, mask_padded_vocab
     from rlkit_nemo.model_keys import padded_vocab_size
-    from rlkit_nemo.models.build import build_gpt, transformer_config
+    from rlkit_nemo.models.from_yaml import build_gpt, transformer_config
 
     padded = padded_vocab_size(vocab, model_cfg, tp)
     if model_cfg.get("sequence_parallel"):

@@ -13,7 +13,7 @@ layer spec. The layout differences:
   halves like HF's Llama, so q and k need no permutation; ``rope_theta`` and ``rope_scaling``
   (Llama 3's ``llama3`` type included) go to :mod:`rlkit_nemo.rope`;
 * the vocabulary: Megatron pads the embedding to a multiple of ``make_vocab_size_divisible_by``
-  x TP rows (:func:`rlkit_nemo.loading.load_weights` adds the rows); the export strips them.
+  x TP rows (:func:`rlkit_nemo.sliced_loading.load_weights` adds the rows); the export strips them.
 
 :class:`HFWeights` converts one tensor (or one rank's rows or columns of it) when asked, from
 an HF state dict or from the safetensors files of an HF folder read lazily, so a rank never
@@ -28,7 +28,7 @@ import torch
 
 from rlkit_core.errors import ConfigError
 
-from rlkit_nemo.loading import Source
+from rlkit_nemo.sliced_loading import Source
 from rlkit_nemo.rope import rope_settings
 
 Tensors = Dict[str, torch.Tensor]
@@ -148,7 +148,7 @@ def _layout(hf_config):
 
 
 class DictReader:
-    """An HF state dict with the reads of :class:`rlkit_nemo.loading.SafetensorsFile`."""
+    """An HF state dict with the reads of :class:`rlkit_nemo.sliced_loading.SafetensorsFile`."""
 
     def __init__(self, state: Tensors):
         self.state = state
@@ -192,7 +192,7 @@ class _Unprefixed:
 
 class HFWeights(Source):
     """The full Megatron state dict of an HF Llama/GPT-2, one tensor (or slice) at a time.
-    ``reader``: an HF state dict (:class:`DictReader`) or :class:`rlkit_nemo.loading.SafetensorsFile`."""
+    ``reader``: an HF state dict (:class:`DictReader`) or :class:`rlkit_nemo.sliced_loading.SafetensorsFile`."""
 
     def __init__(self, reader, hf_config):
         self.r, self.config = _Unprefixed(reader), hf_config
@@ -312,7 +312,7 @@ def _t(w: torch.Tensor, conv1d: bool) -> torch.Tensor:
 def hf_source(folder_or_state, hf_config) -> Optional[HFWeights]:
     """:class:`HFWeights` over an HF folder's safetensors (read lazily) or a state dict; None
     for a folder without safetensors."""
-    from rlkit_nemo.loading import SafetensorsFile
+    from rlkit_nemo.sliced_loading import SafetensorsFile
 
     if isinstance(folder_or_state, dict):
         return HFWeights(DictReader(folder_or_state), hf_config)

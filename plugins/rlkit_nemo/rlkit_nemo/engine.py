@@ -24,7 +24,7 @@ from rlkit_core.process_group import destroy_at_clean_exit
 from rlkit_methods.engine_kit import load_tokenizer
 
 from rlkit_nemo import forwards, state
-from rlkit_nemo.checks import require_megatron
+from rlkit_nemo.config_checks import require_megatron
 from rlkit_nemo.megatron_config import check_engine_kwargs, load_megatron_cfg, translate
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from rlkit_core.errors import ConfigError
 
-from rlkit_nemo.checks import INSTALL_HINT
+from rlkit_nemo.config_checks import INSTALL_HINT
 from rlkit_nemo.megatron_config import MegatronCfg, translate
 
 

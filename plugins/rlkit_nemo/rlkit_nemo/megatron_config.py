@@ -158,7 +158,7 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None, qu
     """The keyword arguments of each NeMo 2 object, by name: ``strategy``, ``precision``
     (None for fp32), ``trainer``, ``optimizer``, ``scheduler``, ``data``, ``logger``, and
     ``model`` (the model section in rlkit's keys, :mod:`rlkit_nemo.model_keys`, for
-    :func:`rlkit_nemo.models.build.transformer_config`); ``warnings``: the settings turned off
+    :func:`rlkit_nemo.models.from_yaml.transformer_config`); ``warnings``: the settings turned off
     here, one line each (also logged). ``te``: whether Transformer Engine is usable (default:
     installed and not ``cpu``). On CPU, gradient clipping is off (megatron-core's clip asserts
     CUDA tensors). ``quiet``: return the warnings without logging them (a check, not a run)."""

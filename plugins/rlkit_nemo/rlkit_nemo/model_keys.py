@@ -1,5 +1,5 @@
 """The ``model`` section of a NeMo 1 Megatron YAML (trlX's ``configs/nemo_configs``) in the
-keys and values rlkit's model builder reads (:func:`rlkit_nemo.models.build.transformer_config`).
+keys and values rlkit's model builder reads (:func:`rlkit_nemo.models.from_yaml.transformer_config`).
 
 NeMo 1 spelled several settings its own way: ``normalization: layernorm1p`` (a LayerNorm whose
 weight is stored minus one), ``activation: fast-swiglu``, ``position_embedding_type: rope``,

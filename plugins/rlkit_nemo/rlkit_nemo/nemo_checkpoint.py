@@ -36,7 +36,7 @@ import torch
 
 from rlkit_core.errors import RlkitError
 
-from rlkit_nemo.loading import Source
+from rlkit_nemo.sliced_loading import Source
 
 WEIGHTS = "model_weights.ckpt"
 CONFIG = "model_config.yaml"

@@ -17,7 +17,7 @@ def rlkit_register_backends():
             "nemo",
             engine="rlkit_nemo.engine:MegatronEngine",
             trainer_prefix="NeMo",
-            requires="rlkit_nemo.checks:require_megatron",
+            requires="rlkit_nemo.config_checks:require_megatron",
             description="NeMo 2 + megatron-core (tensor/pipeline/data parallel)",
         )
     ]
@@ -26,6 +26,6 @@ def rlkit_register_backends():
 @hookimpl
 def rlkit_check_config(config):
     """The Megatron YAML of a config that runs on the NeMo engine, before a model is loaded."""
-    from rlkit_nemo.checks import check_config
+    from rlkit_nemo.config_checks import check_config
 
     return check_config(config)

@@ -7,7 +7,7 @@ import torch
 
 from rlkit_core import ConfigError, RlkitError
 from rlkit_methods.grpo.trainer import GRPOTrainer, RLOOTrainer
-from rlkit_methods.loop.metrics_log import read_metrics
+from rlkit_methods.run.metrics_log import read_metrics
 from grpo_setup import run
 
 pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)

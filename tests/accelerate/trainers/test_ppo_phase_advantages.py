@@ -41,7 +41,7 @@ def test_ppo_advantages_are_whitened_over_the_whole_phase_not_per_micro_batch(tm
         torch.testing.assert_close(batch.advantages, whole.advantages[part, :width])
         torch.testing.assert_close(batch.returns, whole.returns[part, :width])
     # the checkpoint holds them: a resumed run trains on the same advantages
-    from rlkit_methods.loop.state import plain
+    from rlkit_methods.run.state import plain
 
     trainer.load_method_state(plain(trainer.method_state()))
     assert torch.equal(trainer.collate([store[i] for i in range(16)]).advantages, whole.advantages)

@@ -3,7 +3,7 @@
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from rlkit_methods.loop.checkpoint import is_complete, latest_checkpoint
+from rlkit_methods.run.checkpoint import is_complete, latest_checkpoint
 from rlkit_core.errors import ConfigError, RlkitError
 from walks_setup import config, reward_fn, run
 

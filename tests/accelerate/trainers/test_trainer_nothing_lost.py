@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rlkit_core.errors import ConfigError, RlkitError
-from rlkit_methods.loop.checkpoint import is_complete
-from rlkit_methods.loop.metrics_log import read_metrics
+from rlkit_methods.run.checkpoint import is_complete
+from rlkit_methods.run.metrics_log import read_metrics
 from walks_setup import run
 
 pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)

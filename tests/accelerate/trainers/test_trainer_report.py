@@ -3,7 +3,7 @@
 import pytest
 from rich.console import Console
 
-from rlkit_methods.loop.report import report, summary
+from rlkit_methods.run.end_report import report, summary
 from rlkit_core.cli import main
 from walks_setup import run
 

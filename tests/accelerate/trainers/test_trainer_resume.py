@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlkit_methods.loop.checkpoint import is_complete, latest_checkpoint, resolve_resume_path
-from rlkit_methods.loop.metrics_log import read_metrics
+from rlkit_methods.run.checkpoint import is_complete, latest_checkpoint, resolve_resume_path
+from rlkit_methods.run.metrics_log import read_metrics
 from walks_setup import run
 
 pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
@@ -46,7 +46,7 @@ def test_n_steps_straight_equal_half_resume_half(method, steps, tmp_path):
 KILLER = """
 import os, signal, sys
 sys.path.insert(0, {here!r})
-import rlkit_methods.loop.checkpoint as checkpoint
+import rlkit_methods.run.checkpoint as checkpoint
 real_commit = checkpoint.commit_temporary
 
 def commit_or_die(final):

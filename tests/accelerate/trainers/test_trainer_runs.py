@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlkit_methods.loop.checkpoint import is_complete
-from rlkit_methods.loop.metrics_log import read_metrics
+from rlkit_methods.run.checkpoint import is_complete
+from rlkit_methods.run.metrics_log import read_metrics
 from rlkit_core.testing import RecordingObserver
 from walks_setup import TOKENIZER, run
 
@@ -136,7 +136,7 @@ def test_save_total_limit_keeps_the_newest_checkpoints(tmp_path):
 
 
 def test_rotation_counts_only_complete_checkpoints_and_never_removes_the_best(tmp_path):
-    from rlkit_methods.loop.rotation import rotate_checkpoints
+    from rlkit_methods.run.rotation import rotate_checkpoints
 
     for step in (2, 4, 6, 8):
         (tmp_path / f"checkpoint_{step}").mkdir()

@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM
 
-from rlkit_methods.loop.metrics_log import read_metrics
+from rlkit_methods.run.metrics_log import read_metrics
 from rlkit_core.errors import ConfigError
 from t5_walks_setup import run, t5_config
 from walks_setup import TOKENIZER, model_config

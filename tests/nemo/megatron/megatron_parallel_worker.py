@@ -31,7 +31,7 @@ from rlkit_methods.ppo.store import PPORLBatch  # noqa: E402
 from rlkit_methods.ilql.losses import ilql_loss  # noqa: E402
 from rlkit_methods.ppo.trainer import PPOTrainBatch  # noqa: E402
 from rlkit_nemo.forwards import model_inputs  # noqa: E402
-from rlkit_nemo.models.build import build_gpt  # noqa: E402
+from rlkit_nemo.models.from_yaml import build_gpt  # noqa: E402
 from rlkit_nemo.models.gpt import causal_padding_mask  # noqa: E402
 from rlkit_nemo.models.heads import ILQLHeads, ParallelMLPHead  # noqa: E402
 from rlkit_nemo.models.sharding import full_state_dict, load_full_state_dict  # noqa: E402

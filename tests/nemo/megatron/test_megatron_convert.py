@@ -25,7 +25,7 @@ def megatron_model(model_cfg):
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-    from rlkit_nemo.models.build import build_gpt
+    from rlkit_nemo.models.from_yaml import build_gpt
 
     ps.destroy_model_parallel()
     ps.initialize_model_parallel(1, 1)
@@ -157,9 +157,9 @@ def test_gpt2_vocabulary_is_padded_on_load_masked_and_stripped_on_export():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from rlkit_nemo.convert import HFWeights, DictReader, megatron_model_config, megatron_to_hf
-    from rlkit_nemo.loading import load_weights, mask_padded_vocab
+    from rlkit_nemo.sliced_loading import load_weights, mask_padded_vocab
     from rlkit_nemo.model_keys import padded_vocab_size
-    from rlkit_nemo.models.build import build_gpt
+    from rlkit_nemo.models.from_yaml import build_gpt
     from rlkit_nemo.models.sharding import full_state_dict
 
     torch.manual_seed(0)

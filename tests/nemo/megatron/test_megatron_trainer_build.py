@@ -49,7 +49,7 @@ def test_activation_checkpointing_reaches_the_transformer_config():
     import yaml
 
     from rlkit_nemo.megatron_config import translate
-    from rlkit_nemo.models.build import transformer_config
+    from rlkit_nemo.models.from_yaml import transformer_config
 
     cfg = yaml.safe_load((CONFIGS / "megatron_20b.yaml").read_text())
     model = translate(cfg)["model"]

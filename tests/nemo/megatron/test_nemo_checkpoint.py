@@ -116,8 +116,8 @@ def test_the_nemo_layout_rlkit_saves_reloads_exactly(tmp_path, kind):
     import yaml
 
     from rlkit_nemo.convert import HFWeights, DictReader, megatron_model_config
-    from rlkit_nemo.loading import load_weights
-    from rlkit_nemo.models.build import build_gpt
+    from rlkit_nemo.sliced_loading import load_weights
+    from rlkit_nemo.models.from_yaml import build_gpt
     from rlkit_nemo.models.sharding import _tensors
     from rlkit_nemo.nemo_checkpoint import save_nemo
 

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.usefixtures("megatron_cpu"), pytest.mark.slow]
 
 @pytest.mark.parametrize("disable_dropout", [True, False])
 def test_dpo_trains_without_the_yamls_dropout(disable_dropout, tmp_path):
-    from rlkit_methods.loop.metrics_log import read_metrics
+    from rlkit_methods.run.metrics_log import read_metrics
 
     cfg = nemo_walks.megatron_cfg()
     cfg["model"].update(hidden_dropout=0.3, attention_dropout=0.3)

@@ -7,7 +7,7 @@ import pytest
 
 import rlkit_core as rlkit
 from rlkit_methods.grpo.config import default_grpo_config, default_rloo_config
-from rlkit_methods.loop.metrics_log import read_metrics
+from rlkit_methods.run.metrics_log import read_metrics
 
 import nemo_walks
 

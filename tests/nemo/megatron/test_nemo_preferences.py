@@ -36,7 +36,7 @@ def accelerate_losses(tmp_path_factory):
     from accelerate.state import AcceleratorState, GradientState
 
     import rlkit_accelerate.plugin
-    from rlkit_methods.loop.metrics_log import read_metrics
+    from rlkit_methods.run.metrics_log import read_metrics
 
     losses = {}
     for case, (method, model) in CASES.items():

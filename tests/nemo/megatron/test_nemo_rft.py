@@ -6,7 +6,7 @@ prompt, the epochs train on the selection at their percentile. Tiny GPT on CPU."
 import pytest
 
 import rlkit_core as rlkit
-from rlkit_methods.loop.metrics_log import read_metrics
+from rlkit_methods.run.metrics_log import read_metrics
 from rlkit_methods.rft.config import default_rft_config
 
 import nemo_walks

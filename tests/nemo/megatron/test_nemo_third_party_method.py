@@ -16,7 +16,7 @@ PLUGIN = Path(__file__).parents[2] / "conformance" / "reinforce_plugin.py"
 
 
 def test_reinforce_from_a_plugin_distribution_trains_on_nemo(tmp_path, fake_distribution):
-    from rlkit_methods.loop.metrics_log import read_metrics
+    from rlkit_methods.run.metrics_log import read_metrics
 
     fake_distribution("rlkit-reinforce", {"reinforce": "rlkit_reinforce_nemo"}, {"rlkit_reinforce_nemo": PLUGIN.read_text()})
     previous = set_host(PluginHost())

@@ -170,7 +170,7 @@ def test_each_trlx_yamls_model_builds_and_runs_once_shrunk(name):
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     from rlkit_nemo import precision
-    from rlkit_nemo.models.build import build_gpt, transformer_config
+    from rlkit_nemo.models.from_yaml import build_gpt, transformer_config
     from rlkit_nemo.models.gpt import causal_padding_mask
 
     model = translate(str(FIXTURES / name), cpu=True)["model"]

@@ -8,6 +8,8 @@ import copy
 import torch
 from torch import nn
 
+from rlkit_core.errors import ConfigError
+
 from rlkit_accelerate.models.blocks import BranchInput, DecoderLayout, run_blocks, run_post
 
 
@@ -84,3 +86,12 @@ def freeze_trunk(model: nn.Module, layout: DecoderLayout, num_layers_unfrozen: i
     for name, param in model.named_parameters(remove_duplicate=False):
         if not name.startswith(prefixes):
             param.requires_grad_(False)
+
+
+def check_unfrozen(name: str, value: int, num_blocks: int, allow_all: bool) -> None:
+    low = -1 if allow_all else 0
+    if not low <= value <= num_blocks:
+        what = "-1 (all) or " if allow_all else ""
+        raise ConfigError(
+            f"model.{name}: {value} is out of range; use {what}0..{num_blocks} (the model has {num_blocks} blocks)"
+        )

@@ -24,7 +24,7 @@ from rlkit_accelerate.models.cache_name import CACHE_FIELD, output_cache
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
 from rlkit_accelerate.models.heads import freeze_trunk, make_head
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
-from rlkit_accelerate.models.policy import check_unfrozen
+from rlkit_accelerate.models.heads import check_unfrozen
 from rlkit_accelerate.sharding import local_shard
 
 

@@ -40,7 +40,7 @@ from rlkit_accelerate.models.blocks import (
     run_trunk,
 )
 from rlkit_accelerate.models.adapters import is_peft_model, save_base_model
-from rlkit_accelerate.models.heads import Branch, freeze_trunk, hydra_reference, make_head
+from rlkit_accelerate.models.heads import Branch, check_unfrozen, freeze_trunk, hydra_reference, make_head
 from rlkit_accelerate.models.loading import load_causal_lm, load_saved_heads, save_heads, substate
 from rlkit_accelerate.models.shared_prompts import (
     generate_sharing_prompts,
@@ -57,15 +57,6 @@ class PolicyOutput:
     values: torch.Tensor | None  # [B, T]; None without a value head
     hidden_states: torch.Tensor | None = None  # [B, T, H], the LM head's input
     trunk_hidden: torch.Tensor | None = None  # [B, T, H], what enters block branch_index (score_rollout)
-
-
-def check_unfrozen(name: str, value: int, num_blocks: int, allow_all: bool) -> None:
-    low = -1 if allow_all else 0
-    if not low <= value <= num_blocks:
-        what = "-1 (all) or " if allow_all else ""
-        raise ConfigError(
-            f"model.{name}: {value} is out of range; use {what}0..{num_blocks} (the model has {num_blocks} blocks)"
-        )
 
 
 class CausalLMWithValueHead(nn.Module):

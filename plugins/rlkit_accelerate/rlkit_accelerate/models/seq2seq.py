@@ -38,7 +38,8 @@ from rlkit_accelerate.models.blocks import (
 )
 from rlkit_accelerate.models.heads import freeze_trunk, hydra_reference, make_head
 from rlkit_accelerate.models.loading import load_saved_heads, load_seq2seq_lm, save_heads, substate
-from rlkit_accelerate.models.policy import PolicyOutput, check_unfrozen
+from rlkit_accelerate.models.heads import check_unfrozen
+from rlkit_accelerate.models.policy import PolicyOutput
 
 
 class OutputScale(nn.Module):

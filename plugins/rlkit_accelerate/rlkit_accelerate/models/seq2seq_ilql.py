@@ -17,7 +17,7 @@ from rlkit_accelerate.models.cache_name import CACHE_FIELD, output_cache
 from rlkit_accelerate.models.heads import freeze_trunk
 from rlkit_accelerate.models.ilql_heads import ILQLHeads, ILQLOutput, q_guided_step, stop_tokens
 from rlkit_accelerate.models.loading import load_saved_heads, load_seq2seq_lm, save_heads, substate
-from rlkit_accelerate.models.policy import check_unfrozen
+from rlkit_accelerate.models.heads import check_unfrozen
 from rlkit_accelerate.models.seq2seq import find_seq2seq_layout
 
 

@@ -18,8 +18,8 @@ ScoreRow = tuple[str, str, str, dict[str, Any]]
 
 def call_scorer(fn: Callable, kind: str, step: int, samples, prompts, outputs, metadata, tokenizer):
     """Call a reward or metric function trlX's way; a failure names the function and the step,
-    and a slow call says it is still running (:mod:`rlkit_methods.loop.heartbeat`)."""
-    from rlkit_methods.loop.heartbeat import heartbeat
+    and a slow call says it is still running (:mod:`rlkit_methods.run.heartbeat`)."""
+    from rlkit_methods.run.heartbeat import heartbeat
 
     name = getattr(fn, "__qualname__", type(fn).__name__)
     try:

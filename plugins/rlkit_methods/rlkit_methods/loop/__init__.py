@@ -1,2 +1,5 @@
-"""The loop every method's trainer shares, whatever the engine: deterministic batching,
-atomic checkpoints, the metrics log, the progress display and the end-of-run report."""
+"""The loop every method's trainer shares, whatever the engine: the trainer base
+(:mod:`.trainer`: steps, intervals, evaluation, checkpoints, resume), deterministic batching
+(:mod:`.batching`), evaluation and its sweeps (:mod:`.evaluation`) and the offline methods'
+pass over a fixed store (:mod:`.offline`). Run management (folders, checkpoint files, signals,
+metrics, the report) is :mod:`rlkit_methods.run`."""

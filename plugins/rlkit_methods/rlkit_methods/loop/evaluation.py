@@ -9,12 +9,16 @@ functions run once per sample on the main process, and the results reach every r
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable
+
+import torch
 
 from rlkit_core.errors import ConfigError, RlkitError
 
 from rlkit_methods.common.scoring import call_scorer, score_on_main, scorer_arguments
 from rlkit_methods.loop.batching import eval_batches
+from rlkit_methods.run.console import print_samples
 
 NOT_METADATA = ("input_ids", "attention_mask", "position_ids")
 
@@ -108,3 +112,40 @@ def best_score(stats: dict[str, Any]) -> float:
     """What ``train.save_best`` compares: the mean reward, else ``metrics/reward``."""
     score = stats.get("reward/mean", stats.get("metrics/reward", -math.inf))
     return score if isinstance(score, (int, float)) and math.isfinite(score) else -math.inf
+
+
+def evaluate(trainer) -> dict[str, Any]:
+    """The loop's evaluation: generate for every eval prompt (per sweep value, each from the same
+    random state, in a forked RNG), score on the main process, log, print and call the hook."""
+    if trainer.eval_pipeline is None:
+        return {}
+    key, values = trainer.generate_sweep_kwarg or (None, [None])
+    stats: dict[str, Any] = {}
+    all_rows: list[dict[str, Any]] = []
+    if trainer.progress_bar is not None:
+        trainer.progress_bar.show_phase("eval", trainer.iter_count)
+    start_all = time.time()
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):  # evaluation never shifts the training RNG
+        for value in values:
+            # every sweep value from the same random state (common random numbers): equal
+            # policies give equal samples, so the values differ by their setting alone
+            torch.manual_seed(trainer.config.train.seed + trainer.engine.process_index)
+            extra = {key: value} if key is not None else {}
+            suffix = f"@{key}={value}" if key is not None else ""
+            start = time.time()
+            rows = generate_rows(trainer, extra)
+            stats[f"time/generate{suffix}"] = time.time() - start
+            sweep_stats, rows = score_rows(trainer, rows, suffix)
+            stats.update(sweep_stats)
+            all_rows += [dict(r, **extra) for r in rows]
+    stats["time/evaluate"] = time.time() - start_all
+    if trainer.is_main_process:
+        print_samples(all_rows, title=f"Evaluation #{trainer.nth_evaluation} (step {trainer.iter_count})", stats=stats)
+    trainer.nth_evaluation += 1
+    trainer.metrics_log.write(trainer.iter_count, "eval", stats)
+    trainer.metrics_log.write_samples(trainer.iter_count, all_rows)
+    trainer.tracker.log(stats, trainer.iter_count)
+    trainer.hooks.rlkit_evaluation_end(trainer=trainer, step=trainer.iter_count, metrics=stats, samples=all_rows,
+                                       is_main_process=trainer.is_main_process)
+    return stats

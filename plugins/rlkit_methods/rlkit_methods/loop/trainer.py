@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,7 +30,7 @@ from rlkit_core.plugins import get_host
 
 from rlkit_methods.loop import evaluation
 from rlkit_methods.loop.batching import pass_batches
-from rlkit_methods.loop.checkpoint import (
+from rlkit_methods.run.checkpoint import (
     RLKIT_MARKER,
     commit_temporary,
     is_complete,
@@ -42,15 +41,15 @@ from rlkit_methods.loop.checkpoint import (
     temporary_for,
     write_errors,
 )
-from rlkit_methods.loop.divergence import stop_if_diverged
-from rlkit_methods.loop.metrics_log import MetricsLog
-from rlkit_methods.loop.reporting import BeforeLearn, describe_model, print_samples, progress
-from rlkit_methods.loop.resume import check_resume_config, finished_message, steps_left
-from rlkit_methods.loop.rotation import rotate_checkpoints
-from rlkit_methods.loop.rundir import claim
-from rlkit_methods.loop.signals import stop_on_signals
-from rlkit_methods.loop.state import read_state, rng_state, set_rng_state, write_state
-from rlkit_methods.loop.tracking import Tracker
+from rlkit_methods.run.divergence import stop_if_diverged
+from rlkit_methods.run.metrics_log import MetricsLog
+from rlkit_methods.run.console import BeforeLearn, describe_model, progress
+from rlkit_methods.run.resume import check_resume_config, finished_message, steps_left
+from rlkit_methods.run.rotation import rotate_checkpoints
+from rlkit_methods.run.rundir import claim
+from rlkit_methods.run.signals import stop_on_signals
+from rlkit_methods.run.state import read_state, rng_state, set_rng_state, write_state
+from rlkit_methods.run.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -217,38 +216,7 @@ class RLTrainer:
 
     def evaluate(self) -> dict[str, Any]:
         """Generate for every eval prompt (per sweep value), score on the main process."""
-        if self.eval_pipeline is None:
-            return {}
-        key, values = self.generate_sweep_kwarg or (None, [None])
-        stats: dict[str, Any] = {}
-        all_rows: list[dict[str, Any]] = []
-        if self.progress_bar is not None:
-            self.progress_bar.show_phase("eval", self.iter_count)
-        start_all = time.time()
-        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-        with torch.random.fork_rng(devices=devices):  # evaluation never shifts the training RNG
-            for value in values:
-                # every sweep value from the same random state (common random numbers): equal
-                # policies give equal samples, so the values differ by their setting alone
-                torch.manual_seed(self.config.train.seed + self.engine.process_index)
-                extra = {key: value} if key is not None else {}
-                suffix = f"@{key}={value}" if key is not None else ""
-                start = time.time()
-                rows = evaluation.generate_rows(self, extra)
-                stats[f"time/generate{suffix}"] = time.time() - start
-                sweep_stats, rows = evaluation.score_rows(self, rows, suffix)
-                stats.update(sweep_stats)
-                all_rows += [dict(r, **extra) for r in rows]
-        stats["time/evaluate"] = time.time() - start_all
-        if self.is_main_process:
-            print_samples(all_rows, title=f"Evaluation #{self.nth_evaluation} (step {self.iter_count})", stats=stats)
-        self.nth_evaluation += 1
-        self.metrics_log.write(self.iter_count, "eval", stats)
-        self.metrics_log.write_samples(self.iter_count, all_rows)
-        self.tracker.log(stats, self.iter_count)
-        self.hooks.rlkit_evaluation_end(trainer=self, step=self.iter_count, metrics=stats, samples=all_rows,
-                                        is_main_process=self.is_main_process)
-        return stats
+        return evaluation.evaluate(self)
 
     # --- training loop -------------------------------------------------------------------------
 

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from rlkit_core.errors import ConfigError, RlkitError
-from rlkit_methods.loop.checkpoint import CHECKPOINT_PATTERN, COMPLETE_MARKER, RLKIT_MARKER, is_rlkit_temporary
-from rlkit_methods.loop.metrics_log import METRICS_FILE, SAMPLES_FILE
+from rlkit_methods.run.checkpoint import CHECKPOINT_PATTERN, COMPLETE_MARKER, RLKIT_MARKER, is_rlkit_temporary
+from rlkit_methods.run.metrics_log import METRICS_FILE, SAMPLES_FILE
 
 LOCK_FILE = ".rlkit-run.lock"
 RUN_FOLDERS = ("best_checkpoint", "hf_model")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from rlkit_methods.loop.checkpoint import CHECKPOINT_PATTERN, is_complete
+from rlkit_methods.run.checkpoint import CHECKPOINT_PATTERN, is_complete
 
 
 def rotate_checkpoints(checkpoint_dir: str | Path, keep: int) -> list[Path]:

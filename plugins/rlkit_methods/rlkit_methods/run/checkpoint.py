@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rlkit_core.errors import RlkitError
-from rlkit_methods.loop.state import refused, rng_state, set_rng_state  # noqa: F401 (one implementation, kept importable from here)
+from rlkit_methods.run.state import refused, rng_state, set_rng_state  # noqa: F401 (one implementation, kept importable from here)
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint_(\d+)$")
 COMPLETE_MARKER = "COMPLETE"

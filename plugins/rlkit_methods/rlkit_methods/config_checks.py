@@ -18,7 +18,7 @@ MODEL_INPUTS = {"attention_mask", "position_ids", "token_type_ids", "use_cache",
 
 
 def check_config(config) -> list[str]:
-    from rlkit_methods.checks_values import generation_values, inline_model_shape
+    from rlkit_methods.config_value_checks import generation_values, inline_model_shape
 
     errors = model_path_fields(config.model.model_path)
     errors += [] if errors else inline_model_shape(config)

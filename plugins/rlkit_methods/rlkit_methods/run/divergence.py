@@ -50,7 +50,7 @@ def stop_if_diverged(trainer: Any, stats: dict[str, Any]) -> None:
     """The loop's check after each step: the first NaN/inf loss or gradient norm on any rank
     stops every rank before the step is checkpointed, so the last checkpoint on disk stays the
     last finite one; the step's record is written first, for the report."""
-    from rlkit_methods.loop.checkpoint import complete_checkpoints
+    from rlkit_methods.run.checkpoint import complete_checkpoints
 
     if not trainer.config.train.stop_on_nonfinite:
         return

@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rlkit_core.errors import RlkitError
-from rlkit_methods.loop.metrics_log import METRICS_FILE, SAMPLES_FILE, read_metrics
+from rlkit_methods.run.metrics_log import METRICS_FILE, SAMPLES_FILE, read_metrics
 
 PHASES = {
     "rollout: generate": "time/rollout_generate",
