@@ -95,17 +95,14 @@ class Generator(Protocol):
         """Stop for good (a generator process ends); further calls are errors."""
 
 
-class EngineSampler:
-    """The generator of an engine that offers no ``default_generator``: its ``generate``,
-    without log-probs. It shares the engine's weights, so updates only record the version."""
+class SharedWeightsGenerator:
+    """Base of a generator that samples with the training engine's own weights (each engine's
+    default generator): an update is already the new policy, so it only records the version;
+    there is no memory of its own to release and nothing to close."""
 
     def __init__(self, engine: Any):
         self.engine = engine
         self.version = 0
-
-    def generate(self, input_ids, attention_mask=None, *, guidance: Any = None, **gen_kwargs) -> Samples:
-        extra = {"guidance": guidance} if guidance is not None else {}
-        return Samples(self.engine.generate(input_ids, attention_mask, **extra, **gen_kwargs), None, self.version)
 
     def update_weights(self, update: WeightUpdate) -> None:
         self.version = update.version
@@ -118,6 +115,15 @@ class EngineSampler:
 
     def close(self) -> None:
         pass
+
+
+class EngineSampler(SharedWeightsGenerator):
+    """The generator of an engine that offers no ``default_generator``: its ``generate``,
+    without log-probs."""
+
+    def generate(self, input_ids, attention_mask=None, *, guidance: Any = None, **gen_kwargs) -> Samples:
+        extra = {"guidance": guidance} if guidance is not None else {}
+        return Samples(self.engine.generate(input_ids, attention_mask, **extra, **gen_kwargs), None, self.version)
 
 
 def make_generator(engine: Any, choice: str | None) -> Generator:

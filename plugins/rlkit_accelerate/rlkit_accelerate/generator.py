@@ -22,7 +22,7 @@ from torch import nn
 
 from rlkit_core.engine import QGuidance
 from rlkit_core.errors import RlkitError
-from rlkit_core.generator import NamedTensors, Samples, WeightUpdate, real_response_mask
+from rlkit_core.generator import NamedTensors, Samples, SharedWeightsGenerator, real_response_mask
 
 from rlkit_accelerate.models.adapters import is_peft_model
 from rlkit_accelerate.models.shared_prompts import one_path
@@ -77,12 +77,8 @@ class StepLogprobs:
         return torch.stack(steps, dim=1).cpu()
 
 
-class AccelerateGenerator:
+class AccelerateGenerator(SharedWeightsGenerator):
     """``rlkit_core.generator.Generator`` on the accelerate engine's own sampler."""
-
-    def __init__(self, engine: Any):
-        self.engine = engine
-        self.version = 0
 
     def generate(self, input_ids, attention_mask=None, *, guidance: QGuidance | None = None, **gen_kwargs) -> Samples:
         engine = self.engine
@@ -102,17 +98,6 @@ class AccelerateGenerator:
             logprobs = logprobs * real_response_mask(new, gen_kwargs.get("eos_token_id", engine.tokenizer.eos_token_id))
         return Samples(ids, logprobs, self.version)
 
-    def update_weights(self, update: WeightUpdate) -> None:
-        self.version = update.version  # the engine's own weights: already the new policy
-
-    def release(self) -> None:
-        pass
-
-    def reclaim(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def hf_named_weights(engine: Any, *, trainable_only: bool) -> NamedTensors:

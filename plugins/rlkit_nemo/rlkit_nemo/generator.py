@@ -16,7 +16,7 @@ import torch
 
 from rlkit_core.engine import QGuidance
 from rlkit_core.errors import ConfigError, RlkitError
-from rlkit_core.generator import NamedTensors, Samples, WeightUpdate
+from rlkit_core.generator import NamedTensors, Samples, SharedWeightsGenerator
 
 
 @torch.no_grad()
@@ -54,12 +54,8 @@ def sample_on(engine: Any, input_ids, attention_mask=None, *, guidance: Optional
     return out.cpu()
 
 
-class NemoGenerator:
+class NemoGenerator(SharedWeightsGenerator):
     """``rlkit_core.generator.Generator`` on the NeMo engine's own sampler."""
-
-    def __init__(self, engine: Any):
-        self.engine = engine
-        self.version = 0
 
     def generate(self, input_ids, attention_mask=None, *, guidance: Optional[QGuidance] = None, **gen_kwargs) -> Samples:
         from rlkit_nemo.pipeline import from_last_stage
@@ -74,17 +70,6 @@ class NemoGenerator:
         local = torch.stack(steps, dim=1).cpu() if steps[0] is not None else None  # (B, N) on the last stage
         return Samples(ids, from_last_stage(local, engine.ps), self.version)
 
-    def update_weights(self, update: WeightUpdate) -> None:
-        self.version = update.version  # the engine's own weights: already the new policy
-
-    def release(self) -> None:
-        pass
-
-    def reclaim(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def hf_named_weights(engine: Any, *, trainable_only: bool) -> NamedTensors:
