@@ -36,6 +36,7 @@ _LAZY = {
     "MethodSpec": "rlkit_core.registry",
     "PipelineSpec": "rlkit_core.registry",
     "RewardSpec": "rlkit_core.registry",
+    "GeneratorSpec": "rlkit_core.registry",
     "TrainerSpec": "rlkit_core.registry",
     "train_from_config": "rlkit_core.run",
 }
@@ -63,6 +64,7 @@ __all__ = [
     "PluginError",
     "RegistryError",
     "RewardSpec",
+    "GeneratorSpec",
     "RlkitError",
     "TRLConfig",
     "TrainerSpec",

@@ -126,24 +126,36 @@ class EngineSampler(SharedWeightsGenerator):
         return Samples(self.engine.generate(input_ids, attention_mask, **extra, **gen_kwargs), None, self.version)
 
 
-def make_generator(engine: Any, choice: str | None) -> Generator:
+def make_generator(engine: Any, choice: str | None, kwargs: dict[str, Any] | None = None) -> Generator:
     """The generator ``train.generator`` names for ``engine``: null -> the engine's own sampler
-    (``engine.default_generator()``); ``"module:attribute"`` -> that factory called with the
-    engine. (Names registered by plugins, such as a ``vllm`` generator, come with that plugin.)"""
+    (``engine.default_generator()``); a name a plugin registers (``vllm``,
+    :class:`rlkit_core.registry.GeneratorSpec`) or ``"module:attribute"`` -> that factory
+    called as ``factory(engine, **kwargs)`` (``train.generator_kwargs``)."""
     from rlkit_core.errors import RegistryError
     from rlkit_core.registry import load_target
 
     if choice is None:
+        if kwargs:
+            raise ConfigError("train.generator_kwargs: given without train.generator; name the generator they are for")
         default = getattr(engine, "default_generator", None)
         return default() if default is not None else EngineSampler(engine)
-    if ":" not in choice:
-        raise ConfigError(f"train.generator: {choice!r} is not a known generator; use null (the engine's sampler) "
-                          f"or a factory as 'module:attribute'")
+    if ":" in choice:
+        target = choice
+    else:
+        from rlkit_core.plugins import get_registry
+
+        registry = get_registry()
+        spec = registry.find("generator", choice)
+        if spec is None:
+            installed = ", ".join(registry.names("generator")) or "none installed"
+            raise ConfigError(f"train.generator: {choice!r} is not a known generator ({installed}); use null (the "
+                              f"engine's sampler), a registered name, or a factory as 'module:attribute'")
+        target = spec.factory
     try:
-        factory = load_target(choice, what="train.generator")
+        factory = load_target(target, what="train.generator")
     except RegistryError as exc:
         raise ConfigError(str(exc)) from None
-    generator = factory(engine)
+    generator = factory(engine, **(kwargs or {}))
     if not isinstance(generator, Generator):
         raise ConfigError(f"train.generator: {choice} returned {type(generator).__name__}, which lacks members of "
                           f"rlkit_core.generator.Generator (generate, update_weights, release, reclaim, close)")

@@ -71,6 +71,16 @@ def rlkit_register_rewards():
 
 
 @hookspec
+def rlkit_register_generators():
+    """Register generators by name, selected by ``train.generator`` (a vLLM generator, ...).
+
+    :return: a list of :class:`rlkit_core.registry.GeneratorSpec`.
+
+    Called once per plugin when the registry is built.
+    """
+
+
+@hookspec
 def rlkit_register_commands(app):
     """Add commands to the ``rlkit`` command line.
 
@@ -188,4 +198,5 @@ REGISTRATION_HOOKS = {
     "rlkit_register_backends": "backend",
     "rlkit_register_pipelines": "pipeline",
     "rlkit_register_rewards": "reward",
+    "rlkit_register_generators": "generator",
 }

@@ -37,6 +37,7 @@ from rlkit_core.errors import PluginError
 from rlkit_core.plugin_isolation import _import_failure, _one_line, plugin_code
 from rlkit_core.registry import (
     BackendSpec,
+    GeneratorSpec,
     MethodSpec,
     PipelineSpec,
     Registry,
@@ -69,7 +70,8 @@ class PluginStatus:
         return f"{self.name} ({self.source})"
 
 
-SPEC_TYPES = {"method": MethodSpec, "backend": BackendSpec, "pipeline": PipelineSpec, "reward": RewardSpec}
+SPEC_TYPES = {"method": MethodSpec, "backend": BackendSpec, "pipeline": PipelineSpec, "reward": RewardSpec,
+              "generator": GeneratorSpec}
 
 
 def disabled_names() -> set[str]:

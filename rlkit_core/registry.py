@@ -148,7 +148,18 @@ class RewardSpec:
     description: str = ""
 
 
-KINDS = ("method", "backend", "trainer", "pipeline", "reward")
+@attrs.frozen
+class GeneratorSpec:
+    """A generator (``train.generator: <name>``, :mod:`rlkit_core.generator`): ``factory`` is
+    called as ``factory(engine, **train.generator_kwargs)`` and returns a
+    :class:`rlkit_core.generator.Generator`."""
+
+    name: str
+    factory: Target
+    description: str = ""
+
+
+KINDS = ("method", "backend", "trainer", "pipeline", "reward", "generator")
 
 
 @attrs.frozen

@@ -61,7 +61,8 @@ class TrainConfig:
     # a resume whose config differs from the checkpoint's in what changes the run is refused;
     # "allow" says the change is intended (e.g. a lower lr after a spike)
     resume_config_changes: str = attrs.field(default="refuse", validator=one_of("refuse", "allow"))
-    generator: Optional[str] = None  # the sampler: null = the engine's own; 'module:factory' (rlkit_core.generator)
+    generator: Optional[str] = None  # the sampler: null = the engine's own; a registered name (vllm); 'module:factory'
+    generator_kwargs: dict[str, Any] = attrs.Factory(dict)  # the generator factory's keyword arguments
 
 
 @attrs.define

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from rlkit_core.errors import ConfigError, RlkitError
+from rlkit_core.plugins import PluginHost, hookimpl, set_host
+from rlkit_core.registry import GeneratorSpec
 from rlkit_core.generator import (
     EngineSampler,
     Generator,
@@ -42,10 +44,37 @@ def test_a_factory_is_called_with_the_engine_and_must_make_a_generator():
     assert isinstance(made, EngineSampler) and made.engine is engine
     with pytest.raises(ConfigError, match="train.generator: .*not_a_generator returned object, which lacks members"):
         make_generator(engine, f"{__name__}:not_a_generator")
-    with pytest.raises(ConfigError, match="train.generator: 'vllm' is not a known generator; use null"):
+    with pytest.raises(ConfigError, match=r"train.generator: 'vllm' is not a known generator \(none installed\); use null"):
         make_generator(engine, "vllm")
     with pytest.raises(ConfigError, match="train.generator 'nowhere.at_all:make': cannot import nowhere"):
         make_generator(engine, "nowhere.at_all:make")
+
+
+class WithKwargs(EngineSampler):
+    def __init__(self, engine, *, width=1):
+        super().__init__(engine)
+        self.width = width
+
+
+class GeneratorPlugin:
+    @hookimpl
+    def rlkit_register_generators(self):
+        return [GeneratorSpec("widths", f"{__name__}:WithKwargs")]
+
+
+def test_a_registered_generator_is_chosen_by_name_with_its_kwargs():
+    host = PluginHost(load_entry_points=False)
+    host.register(GeneratorPlugin(), "widths-plugin")
+    previous = set_host(host)
+    try:
+        made = make_generator(BareEngine(), "Widths", {"width": 3})
+        assert isinstance(made, WithKwargs) and made.width == 3
+        with pytest.raises(ConfigError, match=r"'vllm' is not a known generator \(widths\)"):
+            make_generator(BareEngine(), "vllm")
+    finally:
+        set_host(previous)
+    with pytest.raises(ConfigError, match="train.generator_kwargs: given without train.generator"):
+        make_generator(BareEngine(), None, {"width": 3})
 
 
 def test_an_engine_without_named_weights_is_a_one_line_error():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlkit_core import BackendSpec, MethodSpec, PipelineSpec, RewardSpec, TRLConfig, TrainerSpec, hookimpl, hookspecs, train
+from rlkit_core import BackendSpec, GeneratorSpec, MethodSpec, PipelineSpec, RewardSpec, TRLConfig, TrainerSpec, hookimpl, hookspecs, train
 from rlkit_core.cli import main
 from rlkit_core.testing import FakeMethodConfig, FakeTrainer, RecordingObserver, config_dict
 
@@ -77,6 +77,17 @@ def test_hook_rlkit_register_rewards(rlkit_bare_host, register_plugin):
     registry = rlkit_bare_host.registry
     assert registry.get("reward", "length").target()(samples=["ab"]) == [2]
     assert registry.get("reward", "exact").kind == "metric"
+
+
+def test_hook_rlkit_register_generators(rlkit_bare_host, register_plugin):
+    class Generators:
+        @hookimpl
+        def rlkit_register_generators(self):
+            return [GeneratorSpec("copy", "rlkit_core.testing.generator:HFCopyGenerator", description="a copy")]
+
+    register_plugin(Generators())
+    spec = rlkit_bare_host.registry.get("generator", "Copy")
+    assert spec.factory.endswith(":HFCopyGenerator") and rlkit_bare_host.registry.names("generator") == ["copy"]
 
 
 def test_hook_rlkit_register_commands(rlkit_bare_host, register_plugin, capsys):
@@ -187,7 +198,7 @@ def test_every_hook_has_a_test_of_its_own():
     tests = set(re.findall(r"def (test_hook_\w+)\(", Path(__file__).read_text()))
     missing = [name for name, _ in hook_specs() if f"test_hook_{name}" not in tests]
     assert not missing, f"hooks without a test_hook_<name>: {missing}"
-    assert len(hook_specs()) == 12
+    assert len(hook_specs()) == 13
 
 
 def test_every_hook_is_documented_with_its_exact_signature():

@@ -93,7 +93,7 @@ class RLTrainer:
         self.position = (0, 0, 0)  # (epoch, inner epoch, next batch)
         self.best_score = -math.inf
         self.progress_bar = BeforeLearn(self.is_main_process)  # the bar while learn() runs; shows the phase
-        self.generator = make_generator(self.engine, train.generator)
+        self.generator = make_generator(self.engine, train.generator, train.generator_kwargs)
         self.sync_generator(full=True)
 
     def claim_run_dir(self):
