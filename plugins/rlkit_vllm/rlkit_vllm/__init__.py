@@ -1,0 +1,1 @@
+"""rlkit-vllm: a vLLM generator (``train.generator: vllm``, :mod:`rlkit_vllm.generator`)."""
