@@ -112,3 +112,32 @@ def test_what_it_cannot_do_is_a_one_line_error(trainer, monkeypatch):
         trainer.generator.update_weights(bad)
     with pytest.raises(RlkitError, match="step 99 .*unusable: resume the run from its last checkpoint"):
         trainer.generator.generate(batch["input_ids"], batch["attention_mask"], max_new_tokens=2)
+
+
+def test_a_frozen_trunk_is_sent_once_and_the_trained_blocks_follow(tmp_path):
+    """num_layers_unfrozen=1: after the first (full) sync only the last block and the final
+    norm are sent, and vLLM's layerwise reload leaves the frozen layers as they are."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    trainer = grpo_run(tmp_path, total_steps=1)
+    try:
+        sent = []
+        generator = trainer.generator
+        update = generator.update_weights
+
+        def recording(u):
+            names = [name for name, _ in u.weights()] if not u.full else None
+            sent.append(names)
+            update(u)
+
+        for name, param in trainer.engine.unwrapped_model.named_parameters():  # freeze all but the last block
+            param.requires_grad_(".h.1." in name or ".ln_f." in name or "v_head" in name)
+        generator.update_weights = recording
+        gap = check_generator_follows_updates(trainer, generator, PROMPTS, steps=2)
+        assert gap < 1e-4
+        partial = [names for names in sent if names is not None]
+        assert partial and all(names and all(".h.1." in n or ".ln_f." in n for n in names) for names in partial), partial
+    finally:
+        trainer.generator.close()
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
