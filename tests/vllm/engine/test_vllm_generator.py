@@ -115,7 +115,7 @@ def test_what_it_cannot_do_is_a_one_line_error(trainer, monkeypatch):
 
 
 def test_a_frozen_trunk_is_sent_once_and_the_trained_blocks_follow(tmp_path):
-    """num_layers_unfrozen=1: after the first (full) sync only the last block and the final
+    """A frozen trunk (all but the last block): after the first (full) sync only that block and the final
     norm are sent, and vLLM's layerwise reload leaves the frozen layers as they are."""
     from accelerate.state import AcceleratorState, GradientState
 
