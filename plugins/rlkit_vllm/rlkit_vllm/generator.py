@@ -37,13 +37,21 @@ SAMPLING = {"max_new_tokens", "min_new_tokens", "do_sample", "temperature", "top
             "repetition_penalty"}
 
 
-class QuietPartialReload(logging.Filter):
-    """A sync that sends only the trainable weights leaves the frozen layers as they are: vLLM
-    warns about every layer it did not receive; that is the point, so those lines are dropped."""
+class Quiet(logging.Filter):
+    """Drops vLLM's warnings about what this generator does on purpose: a sync that sends only
+    the trainable weights (vLLM warns about every frozen layer it did not receive), and no
+    tokenizer inside vLLM (its chat-template warm-up fails, with a traceback, at every start)."""
+
+    EXPECTED = ("Failed to load weights", "were not loaded from checkpoint", "Chat template warmup failed")
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not ("Failed to load weights" in message or "were not loaded from checkpoint" in message)
+        return not any(text in message for text in self.EXPECTED)
+
+
+MAX_MODEL_LEN = 2048  # prompt + response tokens; rollouts are short (generator_kwargs.max_model_len for more)
+QUIETED = ("vllm.model_executor.model_loader.reload.layerwise", "vllm.model_executor.model_loader.reload.inplace",
+           "vllm.renderers.base")
 
 
 def sampling_params(gen_kwargs: dict[str, Any], seed: int):
@@ -109,20 +117,22 @@ class VLLMGenerator:
         engine.export(folder)
         config = json.loads((folder / "config.json").read_text())
         dtype = dtype or config.get("dtype") or config.get("torch_dtype") or "float32"
-        max_len = config.get("max_position_embeddings") or config.get("n_positions")
+        positions = config.get("max_position_embeddings") or config.get("n_positions")
+        if positions:  # vLLM refuses a KV cache that cannot hold one sequence of max_model_len
+            llm_kwargs.setdefault("max_model_len", min(int(positions), MAX_MODEL_LEN))
         self.sleep_mode = bool(sleep)
         if self.sleep_mode and not torch.cuda.is_available():
             raise RlkitError("train.generator_kwargs.sleep: vLLM's sleep mode needs a GPU; remove it on CPU")
+        for logger in map(logging.getLogger, QUIETED):
+            if not any(isinstance(f, Quiet) for f in logger.filters):
+                logger.addFilter(Quiet())
         set_num_threads = torch.set_num_threads  # vLLM's CPU worker disables it for the whole process
         try:
             self.llm = LLM(model=str(folder), skip_tokenizer_init=True, dtype=dtype, enforce_eager=True,
                            logprobs_mode="raw_logprobs", kv_cache_memory_bytes=int(kv_cache_mb) << 20,
-                           enable_sleep_mode=self.sleep_mode, **({"max_model_len": max_len} if max_len else {}),
-                           **llm_kwargs)
+                           enable_sleep_mode=self.sleep_mode, **llm_kwargs)
         finally:
             torch.set_num_threads = set_num_threads
-        for name in ("vllm.model_executor.model_loader.reload.layerwise", "vllm.model_executor.model_loader.reload.inplace"):
-            logging.getLogger(name).addFilter(QuietPartialReload())
         self.tokenizer = engine.tokenizer
         self.version, self.calls, self.released, self.closed = 0, 0, False, False
         self.broken: str | None = None
