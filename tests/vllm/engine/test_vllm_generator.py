@@ -46,10 +46,15 @@ def grpo_run(tmp_path, **train):
 
 
 @pytest.fixture(scope="module")
-def trainer(tmp_path_factory):
+def run_folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("grpo")
+
+
+@pytest.fixture(scope="module")
+def trainer(run_folder):
     from accelerate.state import AcceleratorState, GradientState
 
-    trainer = grpo_run(tmp_path_factory.mktemp("grpo"))
+    trainer = grpo_run(run_folder, total_steps=4)  # 2 steps a rollout phase: 2 phases
     yield trainer
     trainer.generator.close()
     AcceleratorState._reset_state(True)
@@ -58,15 +63,25 @@ def trainer(tmp_path_factory):
 
 def test_a_grpo_run_samples_through_vllm_and_ends_synced(trainer):
     """train.generator: vllm (the plugin's registered name) samples the rollouts and the
-    evaluations; after 2 steps it holds the trained policy."""
+    evaluations; after 4 steps it holds the trained policy."""
     assert isinstance(trainer.generator, VLLMGenerator)
     check_generator_protocol(trainer.generator)
     assert trainer.generator.calls >= 3, trainer.generator.calls  # rollouts of 2 phases and an evaluation
-    assert trainer.generator.version == trainer.iter_count == 2
+    assert trainer.generator.version == trainer.iter_count == 4
     samples = check_generator_samples(trainer, PROMPTS)
     assert samples.logprobs is not None
     gap = check_generator_logprobs(trainer, PROMPTS)  # the weights first: a missed sync fails here
     assert gap < 1e-4
+
+
+def test_the_run_logs_the_generators_logprob_gap_every_phase(trainer, run_folder):
+    """Train/inference agreement as the run measured it: vLLM's log-probs of the sampled tokens
+    against the trainer's forward, every rollout phase, within the kit's tolerance in fp32."""
+    from rlkit_core.testing.engine import read_records
+
+    phases = [r for r in read_records(run_folder) if r["kind"] == "rollout"]
+    assert len(phases) >= 2, phases  # the second after two steps and their syncs
+    assert all(p["policy/logprob_gap_max"] < 1e-4 for p in phases), [p["policy/logprob_gap_max"] for p in phases]
 
 
 def test_greedy_samples_equal_the_engines_sampler(trainer):
