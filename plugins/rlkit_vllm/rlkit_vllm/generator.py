@@ -150,7 +150,8 @@ class VLLMGenerator:
         pad = gen_kwargs.get("pad_token_id", self.tokenizer.pad_token_id)
         pad = 0 if pad is None else int(pad)
         B, Q = input_ids.shape
-        prompts = [{"prompt_token_ids": row[mask.bool()].tolist()} for row, mask in zip(input_ids.cpu(), attention_mask.cpu())]
+        rows_in = zip(input_ids.cpu(), attention_mask.cpu())
+        prompts = [{"prompt_token_ids": row[mask.bool()].tolist()} for row, mask in rows_in]  # left padding off
         seeds = torch.randint(0, 2**31 - 1, (B,)).tolist()  # torch's generator: seeded runs repeat
         params = [sampling_params(gen_kwargs, seed) for seed in seeds]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
