@@ -142,10 +142,16 @@ def evaluate(trainer) -> dict[str, Any]:
     stats["time/evaluate"] = time.time() - start_all
     if trainer.is_main_process:
         print_samples(all_rows, title=f"Evaluation #{trainer.nth_evaluation} (step {trainer.iter_count})", stats=stats)
+    return record_evaluation(trainer, stats, all_rows)
+
+
+def record_evaluation(trainer, stats: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """An evaluation's end, whatever evaluated: counted, its stats and sample rows written to the
+    metrics log and the tracker, the ``rlkit_evaluation_end`` hook called."""
     trainer.nth_evaluation += 1
     trainer.metrics_log.write(trainer.iter_count, "eval", stats)
-    trainer.metrics_log.write_samples(trainer.iter_count, all_rows)
+    trainer.metrics_log.write_samples(trainer.iter_count, rows)
     trainer.tracker.log(stats, trainer.iter_count)
-    trainer.hooks.rlkit_evaluation_end(trainer=trainer, step=trainer.iter_count, metrics=stats, samples=all_rows,
+    trainer.hooks.rlkit_evaluation_end(trainer=trainer, step=trainer.iter_count, metrics=stats, samples=rows,
                                        is_main_process=trainer.is_main_process)
     return stats

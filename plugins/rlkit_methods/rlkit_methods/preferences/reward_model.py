@@ -19,6 +19,7 @@ import torch
 from rlkit_core.engine import ModelSpec
 from rlkit_core.errors import ConfigError
 
+from rlkit_methods.loop.evaluation import record_evaluation
 from rlkit_methods.loop.offline import OfflineTrainer
 from rlkit_methods.preferences.losses import bradley_terry_loss, pairwise_accuracy
 from rlkit_methods.preferences.store import PairStore, make_pair_store, pairs_of
@@ -85,13 +86,7 @@ class RewardModelTrainer(OfflineTrainer):
         rows = [{"prompt": decode(it["prompt"]), "output": decode(it["chosen"]), "rejected": decode(it["rejected"]),
                  "reward_chosen": c, "reward_rejected": r}
                 for it, c, r in zip(items[:SHOWN], chosen.tolist(), rejected.tolist())]
-        self.nth_evaluation += 1
-        self.metrics_log.write(self.iter_count, "eval", stats)
-        self.metrics_log.write_samples(self.iter_count, rows)
-        self.tracker.log(stats, self.iter_count)
-        self.hooks.rlkit_evaluation_end(trainer=self, step=self.iter_count, metrics=stats, samples=rows,
-                                        is_main_process=self.is_main_process)
-        return stats
+        return record_evaluation(self, stats, rows)
 
 
 def pair_stats(chosen: torch.Tensor, rejected: torch.Tensor) -> dict[str, float]:
