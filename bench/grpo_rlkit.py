@@ -86,8 +86,8 @@ def main() -> None:
 
     engine = trainer.engine
     model = engine.unwrapped_model
-    timer.wrap(trainer, "generate", "rollout/generate")
-    timer.wrap(trainer, "score", "rollout/reward")
+    timer.wrap(trainer, "sample", "rollout/generate")  # the generator, through RLTrainer.sample
+    timer.wrap(trainer, "score_samples", "rollout/reward")
     timer.wrap(engine, "forward", "rollout/forward (other)")  # the no-grad rollout forward, beyond the parts below
     for name, rollout, train in (("forward_trunk", "rollout/trunk", "train/trunk forward"),
                                  ("forward_top", "rollout/policy top", "train/top forward"),

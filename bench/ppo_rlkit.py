@@ -93,7 +93,7 @@ def main() -> None:
         trainer = build_trainer(spec, VARIANTS[args.variant], workdir)
 
     model = trainer.unwrapped_model
-    timer.wrap(trainer, "generate", "rollout/generate")
+    timer.wrap(trainer, "sample", "rollout/generate")  # the generator, through RLTrainer.sample
     timer.wrap(trainer, "score_samples", "rollout/reward")
     timer.wrap(model, "forward_trunk", grad_phase("rollout/trunk", "train/trunk forward"))
     timer.wrap(model, "forward_top", grad_phase("rollout/top+value", "train/top+value forward"))
