@@ -31,11 +31,14 @@ def ranks(tmp_path_factory, torchrun):
 
 @pytest.fixture(scope="module")
 def accelerate_losses(tmp_path_factory):
-    """The same runs on the accelerate engine, one process (its plugin registered for each run:
-    this venv installs rlkit-nemo's entry point only)."""
+    """The same runs on the accelerate engine, one process (its plugin registered for each run
+    where this venv has not installed its entry point)."""
     from accelerate.state import AcceleratorState, GradientState
 
     import rlkit_accelerate.plugin
+    from rlkit_core.plugins import get_host
+
+    installed = "accelerate" in get_host().registry.names("backend")
     from rlkit_methods.run.metrics_log import read_metrics
 
     losses = {}
@@ -43,7 +46,7 @@ def accelerate_losses(tmp_path_factory):
         folder = tmp_path_factory.mktemp(f"accelerate_{case}")
         try:
             prefs_setup.run(method, folder, config_overrides=dict(train=dict(total_steps=STEPS), model=model),
-                            plugins=[rlkit_accelerate.plugin])
+                            plugins=[] if installed else [rlkit_accelerate.plugin])
         finally:
             AcceleratorState._reset_state(True)
             GradientState._reset_state()
