@@ -101,4 +101,4 @@ def test_a_bad_reward_argument_is_a_config_error(rlkit_host, register_plugin, tm
     path = tmp_path / "run.yml"
     path.write_text(yaml.safe_dump(config_dict(reward={"name": "keyword_count", "kwargs": {"words": ["x"]}})))
     assert main(["run", str(path)]) == 2
-    assert "reward.kwargs: reward 'keyword_count' does not accept these arguments" in capsys.readouterr().err
+    assert "reward.kwargs.words: 'keyword_count' takes no such argument" in capsys.readouterr().err
