@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from probe_bad_inputs import ROOT, classify_refusal, cli
+from probe_bad_inputs import handled_call as check  # fn() -> None when right, else (outcome, detail)  # noqa: F401
 
 EX = ROOT / "examples" / "randomwalks"
 SFT, PPO, ILQL = str(EX / "sft_randomwalks.yml"), str(EX / "ppo_randomwalks.yml"), str(EX / "ilql_randomwalks.yml")
@@ -45,17 +46,6 @@ def raises(fn, expect: str, accepted: str = "silent-wrong"):
     return probe
 
 
-def check(fn):
-    """``fn()`` returns None when right, else (outcome, detail); an exception is unclear."""
-
-    def probe():
-        try:
-            result = fn()
-        except BaseException as exc:  # noqa: BLE001
-            return "unclear", f"{type(exc).__name__}: {str(exc)[:200]}"
-        return result or ("handled", "")
-
-    return probe
 
 
 def write(path: Path, text: str | bytes) -> Path:
