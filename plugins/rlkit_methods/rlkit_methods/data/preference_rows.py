@@ -21,13 +21,12 @@ Torch-free; the trainers' stores tokenize the rows (:mod:`rlkit_methods.data.com
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from rlkit_core.errors import ConfigError
-from rlkit_methods.data.sources import _reward
+from rlkit_methods.data.sources import _reward, jsonl_values
 
 
 def read_rows(path: str, split: str = "train", n: int | None = None, **load_kwargs: Any) -> list[tuple[str, dict]]:
@@ -35,14 +34,7 @@ def read_rows(path: str, split: str = "train", n: int | None = None, **load_kwar
     file = Path(path).expanduser()
     rows: list[tuple[str, dict]] = []
     if file.suffix.lower() == ".jsonl" and file.is_file():
-        for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{where}: invalid JSON ({exc.msg})") from None
+        for where, row in jsonl_values(file):
             if not isinstance(row, dict):
                 raise ConfigError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
             rows.append((where, row))

@@ -18,7 +18,9 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+from rlkit_core.errors import ConfigError
 
 DEFAULT_FIELDS = ("sample", "prompt", "text")
 
@@ -70,16 +72,22 @@ def read_txt(path: Path) -> list[Any]:
     return [line.rstrip("\r\n") for line in read_text(path).splitlines() if line.strip()]
 
 
-def read_jsonl(path: Path, field: str | None = None, reward_field: str = "reward") -> list[Any]:
-    items: list[Any] = []
+def jsonl_values(path: Path) -> Iterator[tuple[str, Any]]:
+    """(``file:line``, parsed value) for each non-blank line; invalid JSON is one error naming
+    the line (the ``ValueError`` is a :class:`ConfigError`, which callers may also catch)."""
     for lineno, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
         try:
-            value = json.loads(line)
+            yield where, json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: invalid JSON ({exc.msg})") from None
+            raise ConfigError(f"{where}: invalid JSON ({exc.msg})") from None
+
+
+def read_jsonl(path: Path, field: str | None = None, reward_field: str = "reward") -> list[Any]:
+    items: list[Any] = []
+    for where, value in jsonl_values(path):
         if not isinstance(value, dict):
             items.append(value)
             continue
