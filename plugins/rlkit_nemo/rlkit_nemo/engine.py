@@ -71,6 +71,12 @@ class MegatronEngine:
         from rlkit_nemo.megatron_config import departures
 
         self.departures = departures(self.megatron, config, pretrained_model)  # one warning line each
+        from rlkit_nemo.optim import yaml_rules
+
+        max_steps = self.megatron["trainer"]["max_steps"]
+        if yaml_rules(config) and 0 < max_steps < config.train.total_steps:
+            # trlX's NeMo ILQL/SFT trainers ran trainer.max_steps optimizer steps: it ends the run
+            config.train.total_steps = max_steps
         self.tokenizer = load_tokenizer(config.tokenizer, trust_remote_code=config.model.trust_remote_code)
         self.source = pretrained_model if pretrained_model is not None else config.model.model_path
         precision = self.megatron["precision"]
@@ -157,7 +163,7 @@ class MegatronEngine:
         module.config.finalize_model_grads_func = finalize_model_grads
         self.optimizer = get_megatron_optimizer(optimizer_config(self.config, self.megatron["optimizer"]), [self.model])
         precision.scale_losses(module.config, self.optimizer)  # fp16: the dynamic loss scale
-        self.schedule = LRSchedule(self.config, self.optimizer)
+        self.schedule = LRSchedule(self.config, self.optimizer, self.megatron)
         torch.manual_seed(seed + self.process_index)  # each data-parallel rank samples with its own stream
 
     def _outputs(self, model, kind: str, micro_batches: list) -> dict[str, Any] | None:

@@ -230,6 +230,9 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None, qu
             optimizer=OPTIMIZERS[opt_name], lr=float(optim.get("lr", 1e-4)),
             weight_decay=float(optim.get("weight_decay", 0.0)),
             adam_beta1=float(betas[0]), adam_beta2=float(betas[1]), adam_eps=float(optim.get("eps", 1e-8)),
+            # NeMo's adam is torch's (weight decay in the gradient); fused_adam and
+            # distributed_fused_adam are Apex's, AdamW by default
+            decoupled_weight_decay=opt_name not in ("adam", "sgd"),
             clip_grad=0.0 if cpu else float(trainer.get("gradient_clip_val", 1.0) or 0.0),
             # on the CPU too where there is one data-parallel rank (gloo has no reduce-scatter)
             use_distributed_optimizer=opt_name == "distributed_fused_adam" and (not cpu or dp == 1),
@@ -256,26 +259,41 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None, qu
 
 
 def departures(megatron: Mapping[str, Any], config, pretrained_model: Any) -> list[str]:
-    """Where the NeMo engine does not do what trlX's NeMo trainers did with the same YAML, one
-    line each naming the key (logged once per process): the weights when ``pretrained_model``
-    is not given, the YAML's ``optim`` / ``sched`` and ``trainer.max_steps`` (the rlkit config's
-    optimizer, scheduler and ``train.total_steps`` rule), and a global batch that makes the
-    rollouts of a phase repeat within a pass."""
+    """Where the engine reads the YAML and the rlkit config, one line each naming the key (logged
+    once per process): the weights when ``pretrained_model`` is not given; which of the YAML's
+    ``optim`` / ``sched`` / ``trainer.max_steps`` and the config's optimizer, scheduler and
+    ``train.total_steps`` go unused (trlX's rule, :func:`rlkit_nemo.optim.yaml_rules`); a
+    ``max_steps`` that does not end the run; a global batch that makes the rollouts of a phase
+    repeat within a pass."""
+    from rlkit_nemo.optim import COSINE, yaml_rules
+
     lines = []
     path = getattr(config.model, "model_path", None)
     if pretrained_model is None and path not in (None, ""):
         lines.append("train.trainer_kwargs.pretrained_model: not given, so the weights are model.model_path's; trlX's NeMo "
                      "trainers built the Megatron YAML's architecture here (set model.model_path to '' for that)")
     optim, sched = megatron["optimizer"], megatron.get("scheduler")
-    rate = float(config.optimizer.kwargs.get("lr", 1e-3))
-    if optim["lr"] != rate or sched:
-        what = f"lr {optim['lr']:g}" + (f", {sched['name']} to {sched['min_lr']:g} over {sched['max_steps']} steps" if sched else "")
-        lines.append(f"megatron_cfg.model.optim: {what} is not used; the NeMo engine steps the rlkit config's optimizer "
-                     f"({config.optimizer.name}, lr {rate:g}) and scheduler ({config.scheduler.name}) and takes only "
-                     f"distributed_fused_adam (Megatron's distributed optimizer) from the YAML; copy what you need there")
+    rate, method = float(config.optimizer.kwargs.get("lr", 1e-3)), type(config.method).__name__.removesuffix("Config")
+    what = f"lr {optim['lr']:g}" + (f", {sched['name']} to {sched['min_lr']:g}" if sched else ", no sched (constant)")
     max_steps, total = megatron["trainer"]["max_steps"], int(config.train.total_steps)
-    if max_steps > 0 and max_steps != total:
-        lines.append(f"megatron_cfg.trainer.max_steps: {max_steps} is not used; the run ends after train.total_steps ({total})")
+    if yaml_rules(config):
+        if optim["lr"] != rate or (sched and str(config.scheduler.name).lower() != COSINE.lower()):
+            lines.append(f"optimizer, scheduler: not used with {method}; the Megatron YAML's model.optim ({what}) sets the "
+                         f"rate, as trlX's NeMo ILQL and SFT trainers ran NeMo's optimizer on the YAML")
+        if 0 < max_steps < total:
+            lines.append(f"megatron_cfg.trainer.max_steps: the run ends after {max_steps} optimizer steps, before "
+                         f"train.total_steps ({total}), as trlX's NeMo ILQL and SFT trainers ran it")
+        elif max_steps > total:
+            lines.append(f"megatron_cfg.trainer.max_steps: {max_steps}, but the run ends after train.total_steps ({total}); "
+                         f"trlX's NeMo ILQL and SFT trainers ran max_steps (raise train.total_steps to match)")
+    else:
+        if optim["lr"] != rate or sched:
+            lines.append(f"megatron_cfg.model.optim: {what} is not used with {method}; the rlkit config's optimizer "
+                         f"({config.optimizer.name}, lr {rate:g}) and scheduler ({config.scheduler.name}) set the rate, as "
+                         f"trlX's NeMoPPOTrainer wrote them into the YAML (distributed_fused_adam is taken from it)")
+        if max_steps > 0 and max_steps != total:
+            lines.append(f"megatron_cfg.trainer.max_steps: {max_steps} is not used with {method}; the run ends after "
+                         f"train.total_steps ({total}), as trlX's NeMoPPOTrainer set max_steps from it")
     rollouts, batch = getattr(config.method, "num_rollouts", None), megatron["data"]["global_batch_size"]
     if rollouts and rollouts % batch:
         repeated = -(-rollouts // batch) * batch - rollouts

@@ -29,8 +29,10 @@ TRAINERS = {"ilql": "NeMoILQLTrainer", "sft": "NeMoSFTTrainer", "ppo": "NeMoPPOT
 FROM_SFT = ("ppo", "grpo", "rloo")  # start from OUT/sft's model
 
 
-def megatron_yaml(out: Path, batch_size: int, pp: int = 1) -> Path:
+def megatron_yaml(out: Path, batch_size: int, optimizer: dict, pp: int = 1) -> Path:
     cfg = yaml.safe_load((files("rlkit_nemo") / "configs" / "megatron_tiny_cpu.yaml").read_text())
+    # ILQL and SFT take the YAML's optimizer, as trlX's NeMo trainers did: the example's (constant rate)
+    cfg["model"]["optim"] = dict(name=optimizer["name"], **optimizer["kwargs"], sched=dict(name=None))
     cfg["trainer"].update(devices=pp)
     cfg["model"].update(tensor_model_parallel_size=1, pipeline_model_parallel_size=pp, global_batch_size=batch_size,
                         micro_batch_size=batch_size)
@@ -46,7 +48,7 @@ def run(method: str, out: Path, pp: int = 1) -> list[dict]:
     batch_size = example["train"]["batch_size"]
     checkpoints = out / (method if pp == 1 else f"{method}_pp{pp}")
     sets = [f"train.trainer={TRAINERS[method]}", f"train.checkpoint_dir={checkpoints}",
-            f"train.trainer_kwargs={{megatron_cfg: {megatron_yaml(out, batch_size, pp)}}}"]
+            f"train.trainer_kwargs={{megatron_cfg: {megatron_yaml(out, batch_size, example['optimizer'], pp)}}}"]
     if method in FROM_SFT:
         sft = out / "sft" / "checkpoint_500" / "hf_model"
         sets.append(f"model.model_path={sft}")

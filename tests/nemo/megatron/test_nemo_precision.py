@@ -32,10 +32,14 @@ def shrunk(name: str, **model) -> dict:
     return raw
 
 
-def engine_for(raw: dict, tmp_path, heads: str = "lm", lr: float = 1e-2):
-    """The engine on the YAML's own architecture (no pretrained model, as trlX builds it)."""
+def engine_for(raw: dict, tmp_path, heads: str = "lm", lr: float = 1e-2, yaml_lr: bool = True):
+    """The engine on the YAML's own architecture (no pretrained model, as trlX builds it).
+    ``yaml_lr``: the YAML's rate set to ``lr``, constant (SFT takes the YAML's optimizer, and
+    trlX's schedules start at 0 or hold at min_lr: three steps would not show training)."""
     from rlkit_nemo.engine import MegatronEngine
 
+    if yaml_lr:
+        raw = dict(raw, model=dict(raw["model"], optim=dict(raw["model"]["optim"], lr=lr, sched=None)))
     config = nemo_walks.config("sft", tmp_path, optimizer=dict(kwargs=dict(lr=lr)))
     config.model.model_path = ""
     engine = MegatronEngine(config, megatron_cfg=raw)

@@ -24,8 +24,9 @@ def test_trlx_1_3b_yaml_with_trlx_ppo_settings_names_each_departure():
         "train.trainer_kwargs.pretrained_model", "megatron_cfg.model.optim", "megatron_cfg.trainer.max_steps",
         "megatron_cfg.model.global_batch_size"]
     assert all("\n" not in line for line in lines)
-    assert "lr 6e-05, CosineAnnealing to 5e-05 over 200 steps is not used" in lines[1]
-    assert "max_steps: 200 is not used; the run ends after train.total_steps (10000)" in lines[2]
+    # PPO: trlX's NeMoPPOTrainer wrote the config's optimizer, scheduler and length into the YAML
+    assert "lr 6e-05, CosineAnnealing to 5e-05 is not used with PPO" in lines[1]
+    assert "max_steps: 200 is not used with PPO; the run ends after train.total_steps (10000)" in lines[2]
     assert "256 items per optimizer step from 128 rollouts" in lines[3] and "128 of them are used twice" in lines[3]
 
 
