@@ -280,29 +280,46 @@ def megatron_to_hf(full: Tensors, hf_config) -> Tensors:
     from rlkit_nemo.te import te_to_local
 
     full = te_to_local(full)
-    model = megatron_model_config(hf_config)
-    heads, groups, d = _heads(model)
-    top, layer, prefix = _layout(hf_config)
-    vocab = hf_config.vocab_size
-    hf: Tensors = {name: full[mg] for name, mg in top.items()}
-    for i in range(model["num_layers"]):
-        h, m = prefix.format(i), L.format(i)
-        hf.update({h + name: _t(full[m + mg], conv1d) for name, (mg, conv1d) in layer.items()})
-        if hf_config.model_type == "llama":
-            a = h + "self_attn."
-            q, k, v = split_qkv(full[m + "self_attention.linear_qkv.weight"], heads, groups, d)
-            hf[a + "q_proj.weight"], hf[a + "k_proj.weight"], hf[a + "v_proj.weight"] = q, k, v
-            hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"] = full[m + "mlp.linear_fc1.weight"].chunk(2)
-        else:
-            for part in ("weight", "bias"):
-                qkv = torch.cat(split_qkv(full[m + f"self_attention.linear_qkv.{part}"], heads, groups, d))
-                hf[h + f"attn.c_attn.{part}"] = _t(qkv, part == "weight")
-    tied = model["share_embeddings_and_output_weights"]
-    hf["lm_head.weight"] = full["embedding.word_embeddings.weight" if tied else "output_layer.weight"]
+    hf = top_to_hf(full, hf_config)
+    for i in range(megatron_model_config(hf_config)["num_layers"]):
+        hf.update(layer_to_hf(full, i, hf_config))
+    return {k: v.detach().clone().contiguous() for k, v in hf.items()}
+
+
+def layer_to_hf(full: Tensors, i: int, hf_config) -> Tensors:
+    """Layer ``i`` of a Megatron state dict (full names, local spec; other tensors may be
+    absent) -> its HF tensors, views where a rename suffices."""
+    heads, groups, d = _heads(megatron_model_config(hf_config))
+    _, layer, prefix = _layout(hf_config)
+    h, m = prefix.format(i), L.format(i)
+    hf = {h + name: _t(full[m + mg], conv1d) for name, (mg, conv1d) in layer.items()}
+    if hf_config.model_type == "llama":
+        a = h + "self_attn."
+        q, k, v = split_qkv(full[m + "self_attention.linear_qkv.weight"], heads, groups, d)
+        hf[a + "q_proj.weight"], hf[a + "k_proj.weight"], hf[a + "v_proj.weight"] = q, k, v
+        hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"] = full[m + "mlp.linear_fc1.weight"].chunk(2)
+    else:
+        for part in ("weight", "bias"):
+            qkv = torch.cat(split_qkv(full[m + f"self_attention.linear_qkv.{part}"], heads, groups, d))
+            hf[h + f"attn.c_attn.{part}"] = _t(qkv, part == "weight")
+    return hf
+
+
+def top_to_hf(full: Tensors, hf_config, *, lm_head: bool = True) -> Tensors:
+    """The whole-model tensors ``full`` holds (embeddings, final norm, output layer) -> HF's,
+    the vocabulary padding stripped. ``lm_head``: also ``lm_head.weight`` (the embedding when
+    tied), which an HF folder of a tied model leaves out."""
+    top, _, _ = _layout(hf_config)
+    hf: Tensors = {name: full[mg] for name, mg in top.items() if mg in full}
+    tied = megatron_model_config(hf_config)["share_embeddings_and_output_weights"]
+    source = "embedding.word_embeddings.weight" if tied else "output_layer.weight"
+    if lm_head and source in full:
+        hf["lm_head.weight"] = full[source]
     embedding = next(name for name, mg in top.items() if mg == "embedding.word_embeddings.weight")
     for name in (embedding, "lm_head.weight"):
-        hf[name] = hf[name][:vocab]  # Megatron's vocabulary padding
-    return {k: v.detach().clone().contiguous() for k, v in hf.items()}
+        if name in hf:
+            hf[name] = hf[name][: hf_config.vocab_size]  # Megatron's vocabulary padding
+    return hf
 
 
 def _t(w: torch.Tensor, conv1d: bool) -> torch.Tensor:

@@ -84,6 +84,7 @@ class MegatronEngine:
         self.autocast = getattr(torch, precision["autocast_dtype"]) if precision and precision["autocast_enabled"] else None
         self.module = self.model = self.ref = self.optimizer = self.schedule = None
         self.half = self.ref_half = None  # the modules the forwards run: Float16Module under O2
+        self.last_export = None  # the main process's streamed-export writer (its shards, peak_bytes)
 
     # --- facts -------------------------------------------------------------------------------
 
@@ -328,20 +329,28 @@ class MegatronEngine:
             np.random.set_state(box[0][1])
             torch.set_rng_state(box[0][2])
 
-    def export(self, directory, *, merge_adapters: bool = False, _barrier: bool = True, nemo: bool = True, **kwargs) -> None:
-        """Written by the main process; every rank calls it (the shards are gathered to the main
-        process alone, tensor by tensor).
+    def export(self, directory, *, merge_adapters: bool = False, _barrier: bool = True, nemo: bool = True,
+               max_shard_size=None, **kwargs) -> None:
+        """Written by the main process; every rank calls it. An HF model streams: its tensors
+        reach the main process one at a time and are written a layer at a time into shards of
+        at most ``max_shard_size`` (default 1GB; :mod:`rlkit_nemo.streamed_export`). A reward
+        model or a model with no HF form is gathered to the main process whole, tensor by tensor.
         ``nemo``: NeMo 1's layout beside the HF files (``model_config.yaml``, ``model_weights.ckpt``
         or one ``mp_rank_XX`` per TP rank, each written by its rank; :mod:`rlkit_nemo.nemo_checkpoint`)."""
         from rlkit_nemo.models.sharding import main_state_dict
         from rlkit_nemo.nemo_checkpoint import save_nemo
+        from rlkit_nemo.streamed_export import DEFAULT_SHARD_SIZE, export_hf
 
         if _barrier:
             self.barrier()
-        full = main_state_dict(self.module, self.is_main_process)  # gathered once, on the main process only
-        if self.is_main_process:
-            state.export(Path(directory), full, self.hf_config, self.tokenizer)
-        del full
+        if self.hf_config is not None and not self.spec.options.get("score_head"):  # a reward model: one classifier folder
+            self.last_export = export_hf(Path(directory), self.module, self.hf_config, self.tokenizer,
+                                         is_main=self.is_main_process, max_shard_size=max_shard_size or DEFAULT_SHARD_SIZE)
+        else:
+            full = main_state_dict(self.module, self.is_main_process)  # gathered once, on the main process only
+            if self.is_main_process:
+                state.export(Path(directory), full, self.hf_config, self.tokenizer)
+            del full
         if nemo:
             self.barrier()  # the main process made the folder
             save_nemo(directory, self.module, self.model_cfg, self.ps, is_main=self.is_main_process)

@@ -9,7 +9,7 @@ head and reference as well. The figure is the peak resident set (``VmHWM`` of
     python load_memory.py make DIR [--layers 36 --hidden 1280 --heads 20]  # a random GPT-2 (large) HF folder
     python load_memory.py compare DIR [--spec lm|ppo]                     # TP=1 then TP=2, a table
     torchrun --nproc_per_node N load_memory.py load DIR --tp N [--spec ...]  # one measurement (JSON per rank)
-    torchrun --nproc_per_node 2 load_memory.py load DIR --tp 2 --checkpoint all|main  # then a checkpoint's peak
+    torchrun --nproc_per_node 2 load_memory.py load DIR --tp 2 --checkpoint all|main|stream  # then a checkpoint's peak
 
 ``make`` writes the weights one block at a time into safetensors shards, so it never holds the
 whole model either. Run on a quiet machine; the figures depend on the allocator, not on time.
@@ -68,11 +68,13 @@ def make(folder: Path, layers: int, hidden: int, heads: int, vocab: int, positio
     print(f"{folder}: GPT-2, {layers} layers x {hidden}, about {params / 1e6:.0f}M parameters ({params * 4 / 2**30:.2f} GiB fp32)")
 
 
-def checkpoint(policy, folder: Path, out: Path, gather: str) -> dict:
+def checkpoint(policy, folder: Path, out: Path, gather: str, shard_size: str = "1GB") -> dict:
     """The engine's checkpoint writes on a loaded model: this rank's shard (``state.save``),
-    then the ``hf_model`` export, gathered as the engine did before (``all``: every rank
-    all-gathers the full model) or does now (``main``: the main process alone). The peak is
-    reset first (/proc/self/clear_refs), so it is the checkpoint's own."""
+    then the ``hf_model`` export, gathered as the engine did at first (``all``: every rank
+    all-gathers the full model), then (``main``: the whole model gathered to the main process,
+    converted and saved by ``save_pretrained``) or does now (``stream``: a layer at a time into
+    shards of ``shard_size``, ``rlkit_nemo.streamed_export``). The peak is reset first
+    (/proc/self/clear_refs), so it is the checkpoint's own."""
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
@@ -92,6 +94,14 @@ def checkpoint(policy, folder: Path, out: Path, gather: str) -> dict:
     save_file(tensors, str(directory / state.shard_file(ps)))
     del tensors
     main = dist.get_rank() == 0
+    if gather == "stream":
+        from rlkit_nemo.streamed_export import export_hf
+
+        writer = export_hf(directory / "hf_model", policy, hf_config, None, is_main=main, max_shard_size=shard_size)
+        dist.barrier()
+        return {"gather": gather, "shard_size": shard_size, "rss_before_checkpoint_mib": start,
+                "checkpoint_peak_rss_mib": vm("VmHWM"),
+                **({"shards": len(writer.files), "held_peak_mib": writer.peak_bytes // 2**20} if main else {})}
     full = full_state_dict(policy) if gather == "all" else main_state_dict(policy, main)
     if main:
         from rlkit_nemo.convert import megatron_to_hf
@@ -106,7 +116,7 @@ def checkpoint(policy, folder: Path, out: Path, gather: str) -> dict:
     return {"gather": gather, "rss_before_checkpoint_mib": start, "checkpoint_peak_rss_mib": vm("VmHWM")}
 
 
-def load(folder: Path, tp: int, spec_name: str, out: Path, gather: str = "none") -> None:
+def load(folder: Path, tp: int, spec_name: str, out: Path, gather: str = "none", shard_size: str = "1GB") -> None:
     import torch
 
     if not torch.cuda.is_available():  # megatron-core's few CUDA calls, on the CPU (the plugin's CPU mode)
@@ -136,7 +146,7 @@ def load(folder: Path, tp: int, spec_name: str, out: Path, gather: str = "none")
     result = {"rank": dist.get_rank(), "tp": tp, "spec": spec_name, "rss_before_mib": before,
               "peak_rss_mib": vm("VmHWM"), "policy_params_mib": local}
     if gather != "none":
-        result.update(checkpoint(policy, folder, out, gather))
+        result.update(checkpoint(policy, folder, out, gather, shard_size))
     (out / f"mem_tp{tp}_rank{dist.get_rank()}.json").write_text(json.dumps(result))
     dist.barrier()
     ps.destroy_model_parallel()
@@ -175,8 +185,10 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--spec", choices=("lm", "ppo"), default="lm")
     parser.add_argument("--out", type=Path, default=Path("."))
-    parser.add_argument("--checkpoint", choices=("none", "all", "main"), default="none",
-                        help="then write a checkpoint, gathering as the engine did before (all) or does now (main)")
+    parser.add_argument("--checkpoint", choices=("none", "all", "main", "stream"), default="none",
+                        help="then write a checkpoint, exporting as the engine did at first (all), then (main) or "
+                             "does now (stream)")
+    parser.add_argument("--shard-size", default="1GB", help="stream: the export's max_shard_size")
     parser.add_argument("--layers", type=int, default=36)
     parser.add_argument("--hidden", type=int, default=1280)
     parser.add_argument("--heads", type=int, default=20)
@@ -186,7 +198,7 @@ def main() -> None:
     if args.command == "make":
         make(args.folder, args.layers, args.hidden, args.heads, args.vocab, args.positions)
     elif args.command == "load":
-        load(args.folder, args.tp, args.spec, args.out, args.checkpoint)
+        load(args.folder, args.tp, args.spec, args.out, args.checkpoint, args.shard_size)
     else:
         compare(args.folder, args.spec)
 

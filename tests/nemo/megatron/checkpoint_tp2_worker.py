@@ -12,7 +12,10 @@ Records in ``OUT/ckpt_<rank>.json``:
   megatron_llama_cfg.yaml: logits equal HF's;
 * ``pp2``: the Llama 3 loaded at PP=2 (each stage its layers), saved in NeMo's layout (one
   ``tp_rank_00_pp_rank_00X`` per stage, layers numbered within the stage) and reloaded at PP=1
-  (stages merged): equal to the staged model, and exported to HF exactly.
+  (stages merged): equal to the staged model, and exported to HF exactly;
+* ``streamed``: the GPT-2 and the Llama 3 at TP=2 and the Llama 3 at PP=2 exported a layer at
+  a time into shards (``rlkit_nemo.streamed_export``): ``from_pretrained`` of each folder holds
+  the unstreamed conversion's weights, and no shard is above its cap unless one layer is.
 Usage: torchrun --nproc_per_node 2 checkpoint_tp2_worker.py OUT
 """
 
@@ -37,6 +40,7 @@ from rlkit_nemo.megatron_config import translate  # noqa: E402
 from rlkit_nemo.models.gpt import causal_padding_mask  # noqa: E402
 from rlkit_nemo.models.sharding import _tensors, full_state_dict, main_state_dict  # noqa: E402
 from rlkit_nemo.nemo_checkpoint import save_nemo  # noqa: E402
+from rlkit_nemo.streamed_export import export_hf  # noqa: E402
 
 from nemo_fixtures import trlx_llama_yaml_model, write_trlx_llama  # noqa: E402
 from test_megatron_convert import tiny_llama3  # noqa: E402
@@ -81,6 +85,27 @@ def same(a, b):
     return set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def streamed(model, hf_config, folder, unstreamed, cap=20_000):
+    """``model`` exported a layer at a time into shards of ``cap`` bytes, reloaded by
+    transformers on the main process: equal to the unstreamed conversion ``unstreamed``."""
+    from transformers import AutoModelForCausalLM
+
+    writer = export_hf(folder, model, hf_config, None, is_main=dist.get_rank() == 0, max_shard_size=cap)
+    dist.barrier()
+    if dist.get_rank() != 0:
+        return {"writer": writer is None}
+    reloaded = AutoModelForCausalLM.from_pretrained(folder).state_dict()
+    shards = sorted(folder.glob("model-*-of-*.safetensors"))
+    return {
+        "writer": writer is not None,
+        "reload_exact": same({k: v for k, v in reloaded.items() if k in unstreamed}, unstreamed),
+        "shards": len(shards), "index": (folder / "model.safetensors.index.json").is_file(),
+        "largest_shard_over_cap": max(p.stat().st_size for p in shards) - cap,
+        "largest_layer_bytes": max(sum(t.numel() * t.element_size() for k, t in unstreamed.items() if f".{i}." in k)
+                                   for i in range(hf_config.num_hidden_layers if hasattr(hf_config, "num_hidden_layers") else hf_config.n_layer)),
+    }
+
+
 def main(out):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -105,6 +130,7 @@ def main(out):
         "logits_max_diff": float((got[..., :61] - expected).abs().max()),
         "padded_logits_masked": bool((got[..., 61:] == torch.finfo(got.dtype).min).all()),
     }
+    results["streamed"] = {"gpt2_tp2": streamed(model, gpt2.config, out / "streamed_gpt2", original)}
 
     llama = tiny_llama3()
     save_hf(llama, out / "hf_llama3")
@@ -118,6 +144,8 @@ def main(out):
         "round_trip_exact": same(megatron_to_hf(full, llama.config), llama.state_dict()),
         "logits_max_diff": float((logits(model, ids) - expected).abs().max()),
     }
+    results["streamed"]["llama3_tp2"] = streamed(model, llama.config, out / "streamed_llama3",
+                                                 megatron_to_hf(full, llama.config))
 
     save_nemo(out / "nemo_tp2", model, model_cfg, ps, is_main=rank == 0)
     dist.barrier()
@@ -145,6 +173,8 @@ def main(out):
     dist.barrier()
     staged_full = full_state_dict(staged)
     staged_main = main_state_dict(staged, rank == 0)
+    results["streamed"]["llama3_pp2"] = streamed(staged, llama.config, out / "streamed_pp2",
+                                                 megatron_to_hf(staged_full, llama.config))
 
     layout(1)  # each rank alone: the TP=2 NeMo checkpoint merged per tensor, the PP=2 one per stage
     merged, _ = load(tiny_yaml_model(1), str(out / "nemo_tp2"), 64)

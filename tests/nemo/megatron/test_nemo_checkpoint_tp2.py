@@ -59,3 +59,13 @@ def test_the_export_gathers_the_model_on_the_main_process_alone(ranks):
     # TP=2 (tensor by tensor to TP rank 0) and PP=2 (each stage's dict to the first stage)
     for r in ranks:
         assert r["llama3"]["main_gather"] is True and r["pp2"]["main_gather"] is True
+
+
+def test_a_streamed_export_at_tp2_and_pp2_reloads_as_the_unstreamed_one(ranks):
+    # one layer at a time from the shards, converted and written to capped shards with an index
+    assert ranks[1]["streamed"] == {"gpt2_tp2": {"writer": True}, "llama3_tp2": {"writer": True},
+                                    "llama3_pp2": {"writer": True}}  # only the main process writes
+    for name, s in ranks[0]["streamed"].items():
+        assert s["writer"] and s["reload_exact"] and s["index"] and s["shards"] > 1, (name, s)
+        # a shard passes its cap only by the one layer that opened it, plus its header
+        assert s["largest_shard_over_cap"] <= s["largest_layer_bytes"], (name, s)

@@ -77,7 +77,9 @@ def test_a_raising_reward_names_the_function_and_the_step(tmp_path):
 
 @pytest.mark.slow
 def test_the_config_optimizer_and_scheduler_drive_megatron(tmp_path):
-    trainer = run("sft", tmp_path, overrides=dict(
+    # PPO: trlX's NeMoPPOTrainer wrote the config's into the YAML (ILQL and SFT take the YAML's:
+    # test_nemo_lr_schedule.py)
+    trainer = run("ppo", tmp_path, overrides=dict(
         train=dict(total_steps=3), optimizer=dict(name="adamw", kwargs=dict(lr=0.01, weight_decay=0.1, betas=[0.8, 0.9])),
         scheduler=dict(name="cosine_annealing", kwargs=dict(T_max=2, eta_min=0.002))))
     config = trainer.engine.optimizer.config
