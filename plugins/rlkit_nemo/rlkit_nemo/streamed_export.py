@@ -212,7 +212,8 @@ def _check_and_write_config(directory: Path, written: set[str], hf_config, tied:
         extra, missing = sorted(written - expected)[:3], sorted(expected - written)[:3]
         raise RlkitError(f"export: the converted weights do not match the HF model (not in it: {extra}; missing: {missing})")
     skeleton.config.architectures = [type(skeleton).__name__]
-    skeleton.config.torch_dtype = dtype
+    # transformers >= 4.56 names it dtype (torch_dtype before)
+    setattr(skeleton.config, "dtype" if hasattr(skeleton.config, "dtype") else "torch_dtype", dtype)
     skeleton.config.save_pretrained(directory)
     if skeleton.can_generate():
         skeleton.generation_config.save_pretrained(directory)
