@@ -265,7 +265,7 @@ def departures(megatron: Mapping[str, Any], config, pretrained_model: Any) -> li
     ``train.total_steps`` go unused (trlX's rule, :func:`rlkit_nemo.optim.yaml_rules`); a
     ``max_steps`` that does not end the run; a global batch that makes the rollouts of a phase
     repeat within a pass."""
-    from rlkit_nemo.optim import COSINE, yaml_rules
+    from rlkit_nemo.optim import yaml_rules
 
     lines = []
     path = getattr(config.model, "model_path", None)
@@ -277,7 +277,8 @@ def departures(megatron: Mapping[str, Any], config, pretrained_model: Any) -> li
     what = f"lr {optim['lr']:g}" + (f", {sched['name']} to {sched['min_lr']:g}" if sched else ", no sched (constant)")
     max_steps, total = megatron["trainer"]["max_steps"], int(config.train.total_steps)
     if yaml_rules(config):
-        if optim["lr"] != rate or (sched and str(config.scheduler.name).lower() != COSINE.lower()):
+        # said unless the config's is the YAML's constant rate too
+        if optim["lr"] != rate or sched or str(config.scheduler.name).lower() != "constant":
             lines.append(f"optimizer, scheduler: not used with {method}; the Megatron YAML's model.optim ({what}) sets the "
                          f"rate, as trlX's NeMo ILQL and SFT trainers ran NeMo's optimizer on the YAML")
         if 0 < max_steps < total:

@@ -124,9 +124,12 @@ def cosine_settings(kwargs: dict[str, Any], *, lr: float, horizon: int, where: s
         raise ConfigError(f"{where}.{unknown[0]}: not a key of NeMo's CosineAnnealing; it takes {', '.join(COSINE_KEYS)}")
     max_steps = int(kwargs.get("max_steps") or -1)
     max_steps = max_steps if max_steps > 0 else int(horizon)
-    warmup = int(kwargs["warmup_steps"]) if kwargs.get("warmup_steps") is not None else int(float(kwargs.get("warmup_ratio") or 0) * max_steps)
-    constant = (int(float(kwargs["constant_steps"])) if kwargs.get("constant_steps") is not None
-                else int(float(kwargs.get("constant_ratio") or 0) * max_steps))
+
+    def steps(key: str) -> int:  # NeMo's <key>_steps, else <key>_ratio x max_steps
+        given = kwargs.get(f"{key}_steps")
+        return int(float(given)) if given is not None else int(float(kwargs.get(f"{key}_ratio") or 0) * max_steps)
+
+    warmup, constant = steps("warmup"), steps("constant")
     min_lr = float(kwargs.get("min_lr", 0.0))
     if min_lr > lr or (constant > 0 and min_lr == lr):
         raise ConfigError(f"{where}.min_lr: {min_lr:g} is not below the learning rate {lr:g}; NeMo's CosineAnnealing "

@@ -44,7 +44,8 @@ def _gathered(model) -> Iterator[tuple[str, torch.Tensor | None]]:
 
     from rlkit_nemo.models.sharding import _is_glu_fc1, _layer_offset, _renumber, _tensors
 
-    tp, tp_rank, group = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_group()
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    group = ps.get_tensor_model_parallel_group()
     offset = _layer_offset(model)
     for name, local in _tensors(model).items():
         value = local.detach()

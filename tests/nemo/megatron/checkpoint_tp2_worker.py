@@ -102,7 +102,7 @@ def streamed(model, hf_config, folder, unstreamed, cap=20_000):
         "shards": len(shards), "index": (folder / "model.safetensors.index.json").is_file(),
         "largest_shard_over_cap": max(p.stat().st_size for p in shards) - cap,
         "largest_layer_bytes": max(sum(t.numel() * t.element_size() for k, t in unstreamed.items() if f".{i}." in k)
-                                   for i in range(hf_config.num_hidden_layers if hasattr(hf_config, "num_hidden_layers") else hf_config.n_layer)),
+                                   for i in range(hf_config.num_hidden_layers)),  # GPT-2's n_layer too
     }
 
 

@@ -11,7 +11,7 @@ import torch
 from rlkit_core.errors import ConfigError
 from rlkit_methods import default_ppo_config, default_sft_config
 from rlkit_nemo.megatron_config import departures, load_megatron_cfg, translate
-from rlkit_nemo.optim import LRSchedule, cosine_annealing_lr
+from rlkit_nemo.optim import LRSchedule, cosine_annealing_lr, cosine_settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trlx_nemo_configs"
 TRLX_YAMLS = ("megatron_1.3b.yaml", "megatron_2b.yaml", "megatron_20b.yaml", "megatron_65b.yaml",
@@ -68,6 +68,13 @@ def test_the_formula_by_hand():
            for s in (0, 1, 2, 4, 7, 8, 10, 12)]
     want = [0.0, 0.5, 1.0, 0.1 + 0.45 * (1 + math.cos(0.4 * math.pi)), 0.1, 0.1, 0.1, 0.1]
     assert got == pytest.approx(want, abs=1e-12)
+
+
+def test_ratios_and_the_horizon_as_nemo_reads_them():
+    got = cosine_settings(dict(warmup_ratio=0.1, constant_ratio=0.25, min_lr=0.1), lr=1.0, horizon=20, where="w")
+    assert got == dict(max_steps=20, warmup_steps=2, constant_steps=5, min_lr=0.1)
+    got = cosine_settings(dict(warmup_steps=3, constant_steps=1e12, max_steps=-1), lr=1.0, horizon=7, where="w")
+    assert got == dict(max_steps=7, warmup_steps=3, constant_steps=10**12, min_lr=0.0)
 
 
 @pytest.mark.parametrize("warmup, constant, min_lr", [(0, 0, 0.0), (3, 0, 1e-4), (0, 5, 1e-4), (4, 6, 2e-4),
