@@ -233,6 +233,7 @@ def translate(cfg: MegatronCfg, *, cpu: bool = False, te: bool | None = None, qu
             # NeMo's adam is torch's (weight decay in the gradient); fused_adam and
             # distributed_fused_adam are Apex's, AdamW by default
             decoupled_weight_decay=opt_name not in ("adam", "sgd"),
+            sgd_momentum=float(optim.get("momentum", 0.0)),  # torch's default (megatron-core's is 0.9)
             clip_grad=0.0 if cpu else float(trainer.get("gradient_clip_val", 1.0) or 0.0),
             # on the CPU too where there is one data-parallel rank (gloo has no reduce-scatter)
             use_distributed_optimizer=opt_name == "distributed_fused_adam" and (not cpu or dp == 1),

@@ -51,7 +51,8 @@ def optimizer_config(config, yaml_optimizer: dict[str, Any]):
         **{k: yaml_optimizer[k] for k in LOSS_SCALE if k in yaml_optimizer},
     )
     if yaml_rules(config):
-        keys = ("optimizer", "lr", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "decoupled_weight_decay")
+        keys = ("optimizer", "lr", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "decoupled_weight_decay",
+                "sgd_momentum")
         return OptimizerConfig(**{k: yaml_optimizer[k] for k in keys}, **common)
     name = str(config.optimizer.name).lower()
     if name not in OPTIMIZERS:

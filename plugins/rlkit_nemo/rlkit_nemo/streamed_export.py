@@ -60,7 +60,7 @@ def _gathered(model) -> Iterator[tuple[str, torch.Tensor | None]]:
             else:
                 value = torch.cat(parts, dim=local.partition_dim)
             del parts
-        yield _renumber(name, offset), (value.cpu() if tp_rank == 0 else None)
+        yield _renumber(name, offset), (value if tp_rank == 0 else None)  # on the model's device
 
 
 def stream_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
@@ -75,14 +75,15 @@ def stream_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
     tp_rank = ps.get_tensor_model_parallel_rank()
     pgroup = ps.get_pipeline_model_parallel_group() if pp > 1 else None
     first = dist.get_global_rank(pgroup, 0) if pp > 1 else None
+    device = next(model.parameters()).device
     for sender in range(pp):
         if sender == stage:
             for name, value in _gathered(model):
                 if value is None:
                     continue
                 if stage == 0:
-                    yield name, value
-                else:  # on to the first stage, one tensor at a time
+                    yield name, value.cpu()
+                else:  # on to the first stage, one tensor at a time, from the device (NCCL sends no host tensor)
                     dist.send_object_list([(name, tuple(value.shape), value.dtype)], dst=first, group=pgroup)
                     dist.send(value.contiguous(), dst=first, group=pgroup)
             if stage > 0 and tp_rank == 0:
@@ -95,9 +96,9 @@ def stream_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
                 if box[0] is None:
                     break
                 name, shape, dtype = box[0]
-                value = torch.empty(shape, dtype=dtype)
+                value = torch.empty(shape, dtype=dtype, device=device)
                 dist.recv(value, src=source, group=pgroup)
-                yield name, value
+                yield name, value.cpu()
 
 
 class ShardWriter:

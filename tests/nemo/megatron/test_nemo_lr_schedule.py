@@ -130,6 +130,10 @@ def test_sft_takes_the_yaml_optimizer_and_says_the_configs_is_unused():
 
     got = optimizer_config(sft(), megatron["optimizer"])
     assert (got.lr, got.weight_decay, got.adam_beta2, got.decoupled_weight_decay) == (5e-5, 1e-6, 0.95, True)
+    raw = load_megatron_cfg(str(FIXTURES / "sft_megatron_20b.yaml"))
+    raw["model"]["optim"].update(name="sgd", momentum=0.5)
+    got = optimizer_config(sft(), translate(raw, cpu=True, quiet=True)["optimizer"])
+    assert (got.optimizer, got.sgd_momentum, got.decoupled_weight_decay) == ("sgd", 0.5, False)
     lines = departures(megatron, sft(total_steps=1000), "x")
     assert [line.split(":")[0] for line in lines] == ["optimizer, scheduler", "megatron_cfg.trainer.max_steps"]
     assert "the run ends after 200 optimizer steps, before train.total_steps (1000)" in lines[1]
