@@ -137,25 +137,37 @@ class Engine(Protocol):
     def step(self, kind: str, items: Sequence[Any], collate: Callable[[Sequence[Any]], Any],
              loss: Callable[[dict[str, Any], Any], tuple[Any, dict[str, float]]]) -> dict[str, float]:
         """One optimizer step over this rank's ``items``: the engine splits them into
-        micro-batches (``train.minibatch_size`` rows; the last may be short), ``collate``s them
-        (each micro-batch, or all items once and then splits: the same rows either way), runs the
-        ``kind`` forward in train mode, calls ``loss(outputs, micro_batch) -> (scalar loss,
-        stats)``, accumulates gradients, clips (``train.max_grad_norm``), steps the optimizer and
-        the scheduler. Returns the stats averaged over micro-batches and data-parallel ranks,
-        plus ``policy/grad_norm``, ``learning_rate_group_<i>``, ``time/forward`` and
+        micro-batches of ``batch_sizes()[1]`` items in order (the last may be short), calls
+        ``collate`` on each micro-batch's items on its own, runs the ``kind`` forward in train
+        mode, calls ``loss(outputs, micro_batch) -> (scalar loss, stats)``, accumulates
+        gradients, clips (``train.max_grad_norm``), steps the optimizer and the scheduler.
+        Returns the stats averaged over micro-batches and data-parallel ranks, plus
+        ``policy/grad_norm``, ``learning_rate_group_<i>``, ``time/forward`` and
         ``time/backward``.
 
-        Weighting, by rows: micro-batch ``k`` with ``n_k`` of the step's ``N`` rows counts
-        ``n_k / N`` in the gradient (its loss times ``n_k / N``) and in every stat; data-parallel
-        ranks count equally (gradients averaged), which is by rows too since the loop gives every
-        rank the same number of rows per step. Rows, not tokens: each method's loss already
-        normalises over the tokens it counts (a masked token mean, or GRPO's loss types with
-        their own global token count), which only the method knows; rows need nothing from the
-        method, give a loss that is a mean over rows the same value however a step is split,
-        and are what gradient accumulation does in TRL and trlX. ``collate`` and ``loss`` are
-        per-row work: they run once per micro-batch and must not call a collective (ranks may
-        run different numbers of micro-batches); anything computed over a whole step or rollout
-        phase is done before ``step``."""
+        Micro-batches are of items, collated separately: an item the method collates into
+        several rows (a DPO or reward-model pair: its chosen and rejected rows) is never cut
+        between micro-batches, whatever the micro-batch size, and each micro-batch is padded
+        to its own longest row. An engine whose schedule needs one shape for every
+        micro-batch of a step (pipeline parallelism) pads them to the step's longest and
+        widest itself and hands ``loss`` the outputs of the micro-batch's own rows and
+        length. With ``train.packing`` an engine that supports it runs a micro-batch's rows
+        as one packed sequence (each row's own positions, attention never across rows) and
+        hands ``loss`` the outputs in the padded layout, equal up to float error; one that
+        does not refuses the key in one line.
+
+        Weighting, by items: micro-batch ``k`` with ``n_k`` of the step's ``N`` items counts
+        ``n_k / N`` in the gradient (its loss times ``n_k / N``) and in every stat (rows for
+        every method but the pair methods, whose loss is a mean over pairs); data-parallel
+        ranks count equally (gradients averaged), which is by items too since the loop gives
+        every rank the same number of items per step. Items, not tokens: each method's loss
+        already normalises over the tokens it counts (a masked token mean, or GRPO's loss
+        types with their own global token count), which only the method knows; items need
+        nothing from the method, give a loss that is a mean over items the same value however
+        a step is split, and are what gradient accumulation does in TRL and trlX. ``collate``
+        and ``loss`` are per-micro-batch work: they run once per micro-batch and must not
+        call a collective (ranks may run different numbers of micro-batches); anything
+        computed over a whole step or rollout phase is done before ``step``."""
 
     def sync_target(self, alpha: float) -> None:
         """ILQL: target Q heads <- alpha * Q heads + (1 - alpha) * target Q heads."""

@@ -53,6 +53,10 @@ class TrainConfig:
     tags: Optional[list[str]] = attrs.Factory(list)
     seed: int = 1000
     minibatch_size: Optional[int] = attrs.field(default=None, validator=positive)
+    # rlkit: fill each micro-batch up to this many real tokens instead of minibatch_size rows
+    minibatch_tokens: Optional[int] = attrs.field(default=None, validator=attrs.validators.optional(positive))
+    # rlkit: padding-free training forwards: a micro-batch's rows as one sequence (accelerate engine)
+    packing: bool = False
     # rlkit additions
     backend: Optional[str] = None  # checked against the backend of ``trainer`` when set
     max_grad_norm: Optional[float] = attrs.field(default=None, validator=positive)  # off: trlX parity

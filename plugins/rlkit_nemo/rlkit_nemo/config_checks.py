@@ -33,11 +33,19 @@ def runs_on_nemo(config) -> bool:
     return (config.train.backend or "").lower() == "nemo" or config.train.trainer.lower().startswith("nemo")
 
 
+def check_train_keys(train) -> None:
+    """``train`` keys the engine does not take, refused in one line each."""
+    if getattr(train, "minibatch_tokens", None):
+        raise ConfigError("train.minibatch_tokens: the NeMo engine splits a step into micro-batches of megatron_cfg's "
+                          "micro_batch_size items (a pipeline schedule runs a fixed count); unset it")
+
+
 def check_config(config) -> list[str]:
     if not runs_on_nemo(config):
         return []
     kwargs = dict(config.train.trainer_kwargs or {})
     try:
+        check_train_keys(config.train)
         check_engine_kwargs(kwargs)
         raw = load_megatron_cfg(kwargs["megatron_cfg"])
         # the engine runs the YAML on the processes torchrun starts (it sets devices to the

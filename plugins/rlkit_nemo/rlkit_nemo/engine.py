@@ -21,10 +21,10 @@ import torch.distributed as dist
 
 from rlkit_core.engine import ModelSpec, QGuidance, check_forward_kind
 from rlkit_core.process_group import destroy_at_clean_exit
-from rlkit_methods.engine_kit import load_tokenizer
+from rlkit_methods.engine_kit import load_tokenizer, mean_stats, split_microbatches
 
 from rlkit_nemo import forwards, state
-from rlkit_nemo.config_checks import require_megatron
+from rlkit_nemo.config_checks import check_train_keys, require_megatron
 from rlkit_nemo.megatron_config import check_engine_kwargs, load_megatron_cfg, translate
 
 
@@ -48,6 +48,7 @@ class MegatronEngine:
 
     def __init__(self, config, megatron_cfg: Any = None, pretrained_model: Any = None, **kwargs):
         check_engine_kwargs(dict(kwargs, megatron_cfg=megatron_cfg))
+        check_train_keys(config.train)
         require_megatron("the NeMo engine")
         from megatron.core import parallel_state as ps
 
@@ -62,6 +63,14 @@ class MegatronEngine:
         # the sizes are checked against the processes that are really here (never a hang)
         raw["trainer"] = dict(raw.get("trainer") or {}, devices=dist.get_world_size(), num_nodes=1)
         self.megatron = translate(raw, cpu=self.cpu)
+        self.packing = bool(getattr(config.train, "packing", False))
+        if self.packing and self.megatron["model"].get("transformer_engine"):
+            from rlkit_core.errors import ConfigError
+
+            # TE's attention ignores an explicit mask: packed rows would attend across rows
+            raise ConfigError("train.packing: the NeMo engine packs rows with megatron-core's local attention only "
+                              "(Transformer Engine's packed path, THD, is not wired); set "
+                              "megatron_cfg.model.transformer_engine: false or train.packing: false")
         tp, pp = self.megatron["strategy"]["tensor_model_parallel_size"], self.megatron["strategy"]["pipeline_model_parallel_size"]
         if ps.model_parallel_is_initialized() and (
                 ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size()) != (tp, pp):
@@ -226,34 +235,34 @@ class MegatronEngine:
         return hf_named_weights(self, trainable_only=trainable_only)
 
     def step(self, kind: str, items: Sequence[Any], collate: Callable, loss: Callable) -> dict[str, float]:
-        """One optimizer step: ``items`` collated once, split into micro-batches of the YAML's
-        ``micro_batch_size`` (the last one short when the rows do not divide, on one pipeline
-        stage; stages exchange equal micro-batches), forward and backward through Megatron's
-        schedule. Each micro-batch's loss and stats count by its rows (``Engine.step``)."""
+        """One optimizer step: ``items`` split into micro-batches of the YAML's
+        ``micro_batch_size`` items (the last one short when they do not divide), each collated
+        on its own (``Engine.step``; a DPO or reward-model pair is one item, its two rows stay
+        together), forward and backward through Megatron's schedule (under PP each micro-batch
+        padded to the step's longest, :mod:`rlkit_nemo.packing`). ``train.packing``: each
+        micro-batch's rows run as one packed sequence. Each micro-batch's loss and stats count
+        by its items."""
         from rlkit_nemo.optim import optimizer_step
         from rlkit_nemo.schedule import forward_backward
 
         check_forward_kind(kind)
-        batch, size = forwards.to_device(collate(list(items)), self.device), self.batch_sizes()[1]
-        micro = forwards.chunk_rows(batch, size) if self.pipeline_size == 1 else forwards.split_rows(batch, size)
-        rows = [forwards.batch_size(mb) for mb in micro]
-
-        def row_weighted(outputs, mb):
-            # Megatron divides every micro-batch's loss by their count: n_k / N it is after that
-            value, stats = loss(outputs, mb)
-            return value * (forwards.batch_size(mb) * len(rows) / sum(rows)), stats
-
+        parts = split_microbatches(list(items), self.batch_sizes()[1])
+        micro = [forwards.to_device(collate(part), self.device) for part in parts]
+        counts = [len(part) for part in parts]
+        # Megatron divides every micro-batch's loss by their count: n_k / N it is after that
+        weights = [n * len(counts) / sum(counts) for n in counts]
         self.model.train()
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         timer: dict[str, float] = {}
         start = time.time()
-        stats = forward_backward(self.model, micro, kind, row_weighted, autocast=self.autocast, timer=timer)
+        stats = forward_backward(self.model, micro, kind, loss, autocast=self.autocast, timer=timer, weights=weights,
+                                 packing=self.packing)
         elapsed = time.time() - start
         stepped, norm = optimizer_step(self.optimizer, self.config.train.max_grad_norm)
         if stepped:
             self.schedule.step()
-        out = self._mean_stats(stats, rows)
+        out = self._mean_stats(stats, counts)
         out["policy/grad_norm"] = norm
         for group, lr in enumerate(self.schedule.get_last_lr()):
             out[f"learning_rate_group_{group}"] = lr
@@ -261,13 +270,12 @@ class MegatronEngine:
         out["time/backward"] = elapsed - out["time/forward"]
         return out
 
-    def _mean_stats(self, stats: list[dict], rows: Sequence[int]) -> dict[str, float]:
-        """The last stage's micro-batch stats weighted by their rows, sent to every stage and
+    def _mean_stats(self, stats: list[dict], counts: Sequence[int]) -> dict[str, float]:
+        """The last stage's micro-batch stats weighted by their items, sent to every stage and
         averaged over data-parallel ranks."""
         from rlkit_nemo.pipeline import from_last_stage
 
-        total = sum(rows)
-        mean = {k: sum(float(s[k]) * n for s, n in zip(stats, rows)) / total for k in stats[0]} if stats else {}
+        mean = mean_stats(stats, counts) if stats else {}
         mean = from_last_stage(mean, self.ps)
         if self.num_processes > 1 and mean:
             keys = sorted(mean)

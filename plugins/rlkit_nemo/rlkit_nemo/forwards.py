@@ -122,12 +122,3 @@ def chunk_rows(batch: Any, micro_batch_size: int) -> list[Any]:
     rows = batch_size(batch)
     return [slice_rows(batch, i, min(i + micro_batch_size, rows), rows) for i in range(0, rows, micro_batch_size)]
 
-
-def split_rows(batch: Any, micro_batch_size: int) -> list[Any]:
-    """A collated batch -> equal micro-batches of ``micro_batch_size`` rows (Megatron's
-    schedule sends fixed-shape activations between stages)."""
-    rows = batch_size(batch)
-    if rows % micro_batch_size:
-        raise ValueError(f"a batch of {rows} rows does not split into micro-batches of {micro_batch_size} (pipeline "
-                         f"stages exchange equal micro-batches); give each step a multiple of micro_batch_size rows")
-    return [slice_rows(batch, i, i + micro_batch_size, rows) for i in range(0, rows, micro_batch_size)]

@@ -48,9 +48,8 @@ class PairStore(Dataset):
         return len(self.items)
 
     def collate(self, items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        """2B rows, each pair's chosen row then its rejected row (every tensor has a row per
-        sequence, so an engine that slices the collated rows into micro-batches keeps pairs
-        whole when its micro-batches hold an even number of rows), ``margin`` (2B,) repeated
+        """2B rows, each pair's chosen row then its rejected row (engines collate each
+        micro-batch's pairs on their own, so a pair never straddles two), ``margin`` (2B,) repeated
         on both rows, and ``ref_logps`` (2B,) when every item carries the reference's."""
         prompts = [it["prompt"] for it in items for _ in range(2)]
         completions = [c for it in items for c in (it["chosen"], it["rejected"])]
@@ -66,7 +65,7 @@ def pairs_of(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(2B,) rows as collated (chosen, rejected, chosen, ...) -> the chosen (B,) and rejected (B,)."""
     if values.shape[0] % 2:
         raise ValueError(f"a micro-batch of {values.shape[0]} rows holds half a pair; the engine must split "
-                         f"pairs' rows evenly (NeMo: an even megatron_cfg micro_batch_size)")
+                         f"whole pairs (collate each micro-batch's items, Engine.step)")
     return values[0::2], values[1::2]
 
 
