@@ -4,8 +4,8 @@ shapes across a pipeline schedule.
 Packing. A micro-batch's (B, T) rows, each padded to the longest, become one sequence
 (1, L) of the L real tokens (``attention_mask`` 1), each row's tokens in order, with
 
-* the row's own positions (``position_ids``: learned absolute embeddings read them, and
-  :class:`rlkit_nemo.models.gpt.HeadedGPTModel` turns them into rotary angles), and
+* the row's own positions (``position_ids``: learned absolute embeddings read them;
+  :class:`rlkit_nemo.models.gpt.HeadedGPTModel` takes rotary angles at them), and
 * a block-diagonal causal mask: a token attends to the earlier tokens of its own row only.
 
 The model runs the transformer blocks on the L tokens and scatters its last hidden states

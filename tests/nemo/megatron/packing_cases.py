@@ -30,7 +30,7 @@ def build(case: str, tmp_path, tp: int = 1, pp: int = 1):
     method = "sft" if case == "sft_rope" else case
     overrides = dict(train=dict(packing=True, batch_size=ITEMS, total_steps=1, seq_length=30, trainer_kwargs=dict(
         megatron_cfg=nemo_walks.megatron_cfg(tp=tp, pp=pp, global_batch=ITEMS, micro_batch=MICRO))))
-    if case == "sft_rope":  # rotary angles come from the token index when padded: rows must start at 0
+    if case == "sft_rope":  # the other padding side (the GPT-2 cases pad on the left)
         overrides["tokenizer"] = dict(tokenizer_path="byt5", padding_side="right")
     c = nemo_walks.config(method, tmp_path, **overrides)
     if case == "sft_rope":

@@ -51,8 +51,11 @@ class HeadedGPTModel(GPTModel):
         out = super()._preprocess(input_ids, position_ids, **kwargs)
         if self._packed is None or out[1] is None:
             return out
-        # rotary angles of each token's own position, not of its index in the packed sequence:
-        # megatron-core's (S, 1, 1, d) table, read at the positions (L, 1, 1, d)
+        # rotary angles at each token's own position, not its index in the packed sequence. A
+        # score depends on the difference of two positions only, so the index would give the
+        # same scores in exact arithmetic; the rows' own keep the angles (and their float
+        # error, which grows with the angle) those of the padded rows. megatron-core's
+        # (S, 1, 1, d) table, read at the positions: (L, 1, 1, d)
         positions = position_ids.reshape(-1)
         table = self.rotary_pos_emb(int(positions.max()) + 1)
         return (out[0], table[positions], *out[2:])
