@@ -67,6 +67,10 @@ class TrainConfig:
     resume_config_changes: str = attrs.field(default="refuse", validator=one_of("refuse", "allow"))
     generator: Optional[str] = None  # the sampler: null = the engine's own; a registered name (vllm); 'module:factory'
     generator_kwargs: dict[str, Any] = attrs.Factory(dict)  # the generator factory's keyword arguments
+    # sample the next rollout phases while this one trains, from a policy at most max_staleness
+    # phases old (methods that can learn off-policy: PPO, GRPO, RLOO; docs/architecture.md)
+    async_rollouts: bool = False
+    max_staleness: int = attrs.field(default=1, validator=positive)
 
 
 @attrs.define

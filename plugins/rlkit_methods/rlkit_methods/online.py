@@ -17,11 +17,12 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from rlkit_core.errors import ConfigError, RlkitError
+from rlkit_core.generator import Samples, WeightUpdate, make_generator
 
 from rlkit_methods.common.scoring import ScoreRow, call_scorer, score_on_main, scorer_arguments
 from rlkit_methods.common.validate import check_scores
@@ -29,6 +30,7 @@ from rlkit_methods.data.padding import pad
 from rlkit_methods.loop.batching import pass_batches
 from rlkit_methods.loop.evaluation import NOT_METADATA
 from rlkit_methods.loop.trainer import RLTrainer
+from rlkit_methods.rollouts_ahead import RolloutsAhead
 
 
 @dataclass
@@ -41,9 +43,10 @@ class Responses:
     metadata: list[dict[str, Any]] = field(default_factory=list)  # the prompt's extra columns
     # the generator's log-probs of the kept ids (rlkit_core.generator), None where it has none
     logprobs: list[torch.Tensor | None] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # the policy version that sampled each row
 
     def extend(self, other: "Responses") -> None:
-        for name in ("prompts", "outputs", "truncated", "metadata", "logprobs"):
+        for name in ("prompts", "outputs", "truncated", "metadata", "logprobs", "versions"):
             getattr(self, name).extend(getattr(other, name))
 
     def __len__(self) -> int:
@@ -104,11 +107,15 @@ class OnlineTrainer(RLTrainer):
     """A trainer that samples its own data from prompts and scores it with a reward function."""
 
     shard_store = False  # each rank trains on its own rollouts
+    on_policy_only = "its loss has no importance ratio to correct samples of an older policy"
 
     def __init__(self, config, reward_fn=None, **kwargs):
         super().__init__(config, reward_fn=reward_fn, **kwargs)
         self.prompt_pipeline = None
         self.prompt_position = (0, 0)  # (pass over the prompts, next chunk)
+        self.phase = 0  # rollout phases made
+        self.ahead = RolloutsAhead(self, config.train.max_staleness) if config.train.async_rollouts else None
+        self.engine_sampler = None  # evaluation's sampler while the generator samples ahead
 
     def add_prompt_pipeline(self, pipeline) -> None:
         self.prompt_pipeline = pipeline
@@ -147,6 +154,42 @@ class OnlineTrainer(RLTrainer):
         self.prompt_position = (pass_index, chunk + 1)
         return pipeline.collate([pipeline[i] for i in chunks[chunk] for _ in range(repeat)])
 
+    def rollout_chunk(self) -> dict[str, Any]:
+        """The next prompt chunk a rollout phase samples."""
+        return self.next_prompt_chunk()
+
+    def phase_samples(self, num_rollouts: int, timer: PhaseTimer) -> Iterator[Responses]:
+        """This phase's samples, chunk by chunk, until ``num_rollouts`` rows: sampled now, or
+        (``train.async_rollouts``) those sampled ahead for it (:mod:`rlkit_methods.rollouts_ahead`)."""
+        if self.ahead is not None and self.ahead.jobs:
+            yield from self.ahead.take(self.phase)
+            return
+        if self.ahead is not None:  # the first phase of an asynchronous run: nothing was sampled ahead of it
+            self.ahead.last = {"async/staleness": 0.0, "async/staleness_steps": 0.0,
+                               "async/policy_version": float(self.iter_count)}
+        rows = 0
+        while rows < num_rollouts:
+            part = self.sample_responses(self.rollout_chunk(), timer, **self.experience_kwargs)
+            rows += len(part)
+            yield part
+
+    def sampler_logprobs(self, samples: Responses) -> list[torch.Tensor] | None:
+        """The generator's log-probs of the kept tokens where the method reads them: for the
+        truncated importance weight (``method.vllm_importance_sampling_correction``), or as pi_old
+        of rollouts sampled ahead; None otherwise. One line when the generator gave none."""
+        if not (self.importance_sampling or self.ahead is not None):
+            return None
+        if any(lp is None for lp in samples.logprobs):
+            why = "its importance weight" if self.importance_sampling else "pi_old of rollouts sampled ahead"
+            raise RlkitError(f"{self.display_name}: the generator ({type(self.generator).__name__}) gave no log-probs for "
+                             f"these samples, which {why} needs (beam search and Q-guided decoding give none); turn off "
+                             f"method.vllm_importance_sampling_correction and train.async_rollouts, or sample without beams")
+        return samples.logprobs
+
+    @property
+    def importance_sampling(self) -> bool:
+        return bool(getattr(self.config.method, "vllm_importance_sampling_correction", False))
+
     def cut_response(self, output_ids: list[int]) -> tuple[int, bool]:
         """(tokens kept, ended by itself): up to and including EOS, or up to the token that
         completes a stop sequence; all of it (at least one token) when neither came."""
@@ -162,11 +205,12 @@ class OnlineTrainer(RLTrainer):
                     return k, True
         return max(length, 1), ended
 
-    def sample_responses(self, batch: dict[str, Any], timer: PhaseTimer | None = None, **kwargs) -> Responses:
-        """Sample a collated prompt batch through the generator (:meth:`sample`) and cut the
-        responses, keeping the generator's log-probs of the kept tokens."""
+    def sample_responses(self, batch: dict[str, Any], timer: PhaseTimer | None = None, *,
+                         sampler: Callable[..., Samples] | None = None, **kwargs) -> Responses:
+        """Sample a collated prompt batch through the generator (:meth:`sample`, or ``sampler``)
+        and cut the responses, keeping the generator's log-probs of the kept tokens and its version."""
         start = time.time()
-        generated = self.sample(batch["input_ids"], batch["attention_mask"], **kwargs)
+        generated = (sampler or self.sample)(batch["input_ids"], batch["attention_mask"], **kwargs)
         seconds = time.time() - start
         width = batch["input_ids"].shape[1]
         prompts = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
@@ -181,7 +225,8 @@ class OnlineTrainer(RLTrainer):
             timer.seconds["generate"] += seconds
             timer.tokens["generate"] += sum(n for n, _ in cuts)
         return Responses(prompts, outputs, [not ended for _, ended in cuts],
-                         [dict(zip(metadata, v)) for v in zip(*metadata.values())] or [{} for _ in prompts], kept)
+                         [dict(zip(metadata, v)) for v in zip(*metadata.values())] or [{} for _ in prompts], kept,
+                         [int(generated.version)] * len(prompts))
 
     def score_samples(self, samples: Responses, score: Callable[[list[ScoreRow]], list], *, mine: bool = True,
                       append_eos_token: bool = False) -> list:
@@ -230,6 +275,9 @@ class OnlineTrainer(RLTrainer):
         can export them), write its stats and call the hook."""
         if timer is not None:
             stats.update(timer.stats())
+        if self.ahead is not None:
+            stats.update(self.ahead.last)  # staleness, and the sampling done beside training
+            self.ahead.last = {}
         logging_dir = self.config.train.rollout_logging_dir
         if logging_dir and self.is_main_process and hasattr(self.store, "export_history"):
             os.makedirs(logging_dir, exist_ok=True)
@@ -237,3 +285,50 @@ class OnlineTrainer(RLTrainer):
         self.metrics_log.write(self.iter_count, "rollout", stats)
         self.hooks.rlkit_rollouts_made(trainer=self, step=self.iter_count, num_rollouts=len(self.store), stats=stats,
                                        is_main_process=self.is_main_process)
+        self.phase += 1
+        if self.ahead is not None:  # the phases after this one, from the policy that starts training it
+            self.ahead.plan(self.phase - 1, self.iter_count, self.rollout_chunk, self.config.method.num_rollouts)
+
+    # --- asynchronous rollouts: the loop's generator calls while a job samples ahead -------------
+
+    def sync_generator(self, full: bool = False) -> None:
+        """A generator that samples ahead with its own weights keeps each job's policy: it takes
+        the weights each job snapshots (:mod:`rlkit_methods.rollouts_ahead`), and every weight
+        after a load; evaluation samples with the engine's own sampler meanwhile."""
+        ahead = getattr(self, "ahead", None)  # the first sync runs before __init__ sets it
+        if ahead is None or not ahead.overlap:
+            return super().sync_generator(full)
+        if full:
+            ahead.drain()
+            super().sync_generator(full=True)
+        self.evaluation_sampler().update_weights(WeightUpdate(version=self.iter_count, weights=lambda: iter(())))
+
+    def evaluation_sampler(self):
+        if self.engine_sampler is None:
+            self.engine_sampler = make_generator(self.engine, None)
+        return self.engine_sampler
+
+    def sample(self, input_ids, attention_mask=None, *, guidance=None, **kwargs) -> Samples:
+        if self.ahead is None or not self.ahead.overlap:
+            return super().sample(input_ids, attention_mask, guidance=guidance, **kwargs)
+        return self.evaluation_sampler().generate(input_ids, attention_mask, guidance=guidance,
+                                                  **self.generation_kwargs(**kwargs))
+
+    def release_generator(self) -> None:
+        if self.ahead is None or not self.ahead.running:  # a generator sampling beside training keeps its memory
+            super().release_generator()
+
+    def finish_learning(self, failed: bool) -> None:
+        if self.ahead is not None:
+            self.ahead.close(wait=not failed)
+
+    def rollout_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the rollout schedule: the phases made and, asynchronously,
+        the samples of the phases planned ahead (waiting for those under way)."""
+        return {"phase": self.phase, "ahead": self.ahead.state() if self.ahead is not None else []}
+
+    def load_rollout_state(self, state: dict[str, Any]) -> None:
+        self.phase = state.get("phase", 0)
+        if self.ahead is not None:
+            self.ahead.close(wait=False)  # what this process planned before the load is not the run's
+            self.ahead.load_state(state.get("ahead", []))

@@ -62,6 +62,11 @@ class GroupSamplingConfig(MethodConfig):
     :param num_rollouts: samples per rollout phase on each rank (a multiple of num_generations)
     :param chunk_size: samples per generation call (a multiple of num_generations)
     :param gen_kwargs: generation kwargs; :param gen_experience_kwargs: used for rollouts if set
+    :param vllm_importance_sampling_correction: weigh the policy-gradient term by the truncated
+        importance ratio min(pi_old / mu, C) of the trainer's log-probs over the generator's
+        (TRL 1.16's name and token_truncate mode, sequence_truncate for RLOO's sequence ratio;
+        off by default here: rlkit's default generator is the trainer's own sampler)
+    :param vllm_importance_sampling_clip_max: its cap C (TRL's default 3.0)
     """
 
     name: str = "GRPOConfig"
@@ -76,6 +81,8 @@ class GroupSamplingConfig(MethodConfig):
     chunk_size: int = attrs.field(default=64, validator=positive)
     gen_kwargs: dict[str, Any] = attrs.field(factory=_default_gen_kwargs)
     gen_experience_kwargs: Optional[dict[str, Any]] = None
+    vllm_importance_sampling_correction: bool = False
+    vllm_importance_sampling_clip_max: float = attrs.field(default=3.0, validator=_number(positive))
 
     def __attrs_post_init__(self) -> None:
         if attrs.validators.get_disabled():

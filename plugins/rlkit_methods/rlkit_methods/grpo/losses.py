@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 
 from rlkit_methods.common.kl import k1, k3
+from rlkit_methods.common.offpolicy import truncated_importance_weights, truncated_sequence_weights, weight_stats
 
 # the config's choices (grpo/config.py); this module needs only torch, so bench/ can load it by file
 SCALE_REWARDS = ("group", "batch", "none")
@@ -181,11 +182,14 @@ def grpo_loss(
     max_completion_length: int | None = None,
     tokens_per_sequence: float | None = None,
     bias_correction_kl: bool = True,
+    sampler_logprobs: torch.Tensor | None = None,
+    importance_sampling_cap: float = 3.0,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """GRPO's clipped surrogate with a per-token KL to the reference, as a loss to minimise::
 
         rho_t = exp(log pi(a_t|s_t) - log pi_old(a_t|s_t))
-        l_t   = -min(rho_t A, clip(rho_t, 1 - eps_low, 1 + eps_high) A) + beta kl_t
+        w_t   = min(exp(log pi_old - log mu), C)     (given ``sampler_logprobs`` log mu; else 1)
+        l_t   = -w_t min(rho_t A, clip(rho_t, 1 - eps_low, 1 + eps_high) A) + beta kl_t
         kl_t  = rho_t (exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1)   (k3; beta > 0 only)
         L     = aggregate(l, mask, loss_type)                              (see ``aggregate``)
 
@@ -194,7 +198,9 @@ def grpo_loss(
     (``ref_logprobs`` may be None). The factor rho_t on the KL is TRL 1.16's default
     ``use_bias_correction_kl`` (DeepSeek-V3.2: the unbiased reverse-KL gradient; its value is 1
     when pi_old is the policy itself, its gradient is not); ``bias_correction_kl=False`` drops
-    it. Returns ``(loss, stats)``.
+    it. ``w_t`` is the truncated importance weight of the generator ``mu`` against pi_old
+    (:mod:`rlkit_methods.common.offpolicy`; C ``importance_sampling_cap``), on the
+    policy-gradient term only, as TRL 1.16 applies it. Returns ``(loss, stats)``.
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     m = mask.to(logprobs.dtype)
@@ -205,6 +211,10 @@ def grpo_loss(
     ratio = torch.exp(log_ratio)  # (B, T)
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)
     policy = -torch.min(ratio * A, clipped * A)  # (B, T)
+    weights = None
+    if sampler_logprobs is not None:
+        weights = truncated_importance_weights(old_logprobs, sampler_logprobs, mask, importance_sampling_cap)  # (B, T)
+        policy = policy * weights
     per_token = policy
     kl = None
     if beta != 0:
@@ -231,6 +241,8 @@ def grpo_loss(
         }
         if kl is not None:
             stats["policy/kl"] = _masked_mean(kl, m).item()
+        if weights is not None:
+            stats.update(weight_stats(weights, mask))
     return loss, stats
 
 
@@ -242,13 +254,18 @@ def rloo_loss(
     *,
     epsilon: float,
     epsilon_high: float | None = None,
+    sampler_logprobs: torch.Tensor | None = None,
+    importance_sampling_cap: float = 3.0,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """RLOO's clipped surrogate on the sequence's probability ratio (TRL 1.16)::
 
         rho_i = exp(sum_t m_t log pi(a_t|s_t) - sum_t m_t log pi_old(a_t|s_t))
-        L     = mean_i -min(rho_i A_i, clip(rho_i, 1 - eps_low, 1 + eps_high) A_i)
+        w_i   = min(exp(sum_t m_t (log pi_old - log mu)), C)   (given ``sampler_logprobs``; else 1)
+        L     = mean_i -w_i min(rho_i A_i, clip(rho_i, 1 - eps_low, 1 + eps_high) A_i)
 
-    The KL to the reference is in the rewards (:func:`rloo_kl_rewards`), not here.
+    The ratio is the sequence's, so the generator's correction is too (TRL's
+    ``sequence_truncate``; :mod:`rlkit_methods.common.offpolicy`). The KL to the reference is in
+    the rewards (:func:`rloo_kl_rewards`), not here.
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     keep = mask.bool()
@@ -257,7 +274,12 @@ def rloo_loss(
     ratio = torch.exp(log_ratio)  # (B,)
     A = advantages.to(logprobs.dtype)  # (B,)
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)
-    loss = (-torch.min(ratio * A, clipped * A)).mean()
+    per_sample = -torch.min(ratio * A, clipped * A)  # (B,)
+    weights = None
+    if sampler_logprobs is not None:
+        weights = truncated_sequence_weights(old_logprobs, sampler_logprobs, mask, importance_sampling_cap)  # (B,)
+        per_sample = per_sample * weights
+    loss = per_sample.mean()
     with torch.no_grad():
         low = (ratio < 1 - epsilon) & (A < 0)
         high = (ratio > 1 + eps_high) & (A > 0)
@@ -272,4 +294,6 @@ def rloo_loss(
             "ratio": ratio.mean().item(),
             "padding_percentage": 1 - m.sum().item() / max(m.numel(), 1),
         }
+        if weights is not None:
+            stats.update(weight_stats(weights))
     return loss, stats

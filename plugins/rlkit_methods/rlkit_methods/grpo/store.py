@@ -28,6 +28,8 @@ class GroupElement:
     old_logprobs: Optional[torch.Tensor] = None  # (R,)
     ref_logprobs: Optional[torch.Tensor] = None  # (R,)
     trunk: Optional[torch.Tensor] = None  # (Q + R, H) the frozen trunk's output, kept from the rollout
+    sampler_logprobs: Optional[torch.Tensor] = None  # (R,) the generator's, for the truncated importance weight
+    version: int = 0  # the policy version (optimizer steps) that sampled it
 
 
 @dataclass
@@ -41,6 +43,7 @@ class GroupBatch:
     old_logprobs: Optional[torch.Tensor] = None  # (B, R)
     ref_logprobs: Optional[torch.Tensor] = None  # (B, R)
     trunk: Optional[torch.Tensor] = None  # (B, Q + R, H)
+    sampler_logprobs: Optional[torch.Tensor] = None  # (B, R)
 
 
 def group_collate_fn(pad_token_id: int, mask_truncated: bool, elems: Iterable[GroupElement]) -> GroupBatch:
@@ -68,6 +71,7 @@ def group_collate_fn(pad_token_id: int, mask_truncated: bool, elems: Iterable[Gr
         position_ids=base.position_ids, response_mask=response_mask,
         advantages=torch.stack([e.advantage.reshape(()) for e in elems]).float(),
         old_logprobs=padded("old_logprobs"), ref_logprobs=padded("ref_logprobs"), trunk=base.trunk,
+        sampler_logprobs=padded("sampler_logprobs"),
     )
 
 

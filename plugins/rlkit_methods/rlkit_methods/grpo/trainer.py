@@ -37,6 +37,9 @@ class GRPOTrainer(OnlineTrainer):
     forward_kind = "response"
     cache_trunk = True  # keep the frozen trunk's output from the rollout forward when it runs
     kl_in_loss = True  # GRPO's KL to the reference is a loss term (RLOO's is in the reward)
+    # rollouts of an older policy (train.async_rollouts): the ratio is taken against the policy
+    # that sampled them, or against the trainer's pi_old with the truncated importance weight
+    on_policy_only = None
 
     def __init__(self, config, reward_fn=None, **kwargs):
         method = config.method
@@ -61,13 +64,17 @@ class GRPOTrainer(OnlineTrainer):
         """pi_old differs from the policy being trained once a phase takes more than one step."""
         return self.config.method.num_iterations > 1 or math.ceil(num_rollouts / self.engine.batch_sizes()[0]) > 1
 
-    def sample_chunk(self, want: tuple[str, ...] | None, timer: PhaseTimer, gap: LogprobGap) -> dict[str, list]:
-        """Sample one chunk of groups; with ``want`` (not None) run the engine's forward on it."""
+    def rollout_chunk(self) -> dict[str, Any]:
         G = self.config.method.num_generations
-        samples = self.sample_responses(self.next_prompt_chunk(self.config.method.chunk_size // G, repeat=G), timer,
-                              **self.experience_kwargs)
+        return self.next_prompt_chunk(self.config.method.chunk_size // G, repeat=G)
+
+    def sample_chunk(self, samples: Responses, want: tuple[str, ...] | None, timer: PhaseTimer, gap: LogprobGap) -> dict[str, list]:
+        """One sampled chunk of groups; with ``want`` (not None) run the engine's forward on it."""
         part = {"prompts": samples.prompts, "outputs": samples.outputs, "truncated": samples.truncated,
-                "metadata": samples.metadata}
+                "metadata": samples.metadata, "versions": samples.versions}
+        sampler = self.sampler_logprobs(samples)
+        if sampler is not None:
+            part["sampler_logprobs"] = [lp.float() for lp in sampler]
         if want is None:
             return part
         out = self.forward_samples(samples, want, timer)
@@ -101,17 +108,23 @@ class GRPOTrainer(OnlineTrainer):
             raise ConfigError(f"method.num_rollouts: {num_rollouts} is not a multiple of num_generations={method.num_generations}")
         if self.progress_bar is not None:
             self.progress_bar.show_phase("rollout")
-        keep_old = self.needs_old_logprobs(num_rollouts)
-        # pi_old is the policy being trained unless kept: then the forward is for the reference (and trunk) alone
+        # pi_old: the policy being trained (ratio 1) unless a phase takes several steps, the
+        # importance weight needs the trainer's (forward), or the rollouts were sampled ahead
+        # (without the weight: the policy that sampled them, the generator's log-probs)
+        from_sampler = self.ahead is not None and not self.importance_sampling
+        keep_old = self.needs_old_logprobs(num_rollouts) or self.importance_sampling or self.ahead is not None
+        trainer_logprobs = self.importance_sampling or self.needs_old_logprobs(num_rollouts)
+        # without them the forward is for the reference (and trunk) alone
         want = tuple(w for w, on in (("ref_logprobs", method.beta > 0), ("trunk", self.cache_trunk),
-                                     ("no_logprobs", not keep_old)) if on)
-        run_forward = method.beta > 0 or keep_old
+                                     ("no_logprobs", not trainer_logprobs)) if on)
+        run_forward = method.beta > 0 or trainer_logprobs
         timer, gap = PhaseTimer(), LogprobGap()
         rows: dict[str, list] = {}
-        while len(rows.get("outputs", [])) < num_rollouts:
-            for key, values in self.sample_chunk(want if run_forward else None, timer, gap).items():
+        for samples in self.phase_samples(num_rollouts, timer):
+            for key, values in self.sample_chunk(samples, want if run_forward else None, timer, gap).items():
                 rows.setdefault(key, []).extend(values)
         rows = {k: v[:num_rollouts] for k, v in rows.items()}
+        old_logprobs = rows["sampler_logprobs"] if from_sampler else rows.get("logprobs")
 
         with timer.time("score"):
             samples = Responses(rows["prompts"], rows["outputs"], rows["truncated"], rows["metadata"])
@@ -124,9 +137,11 @@ class GRPOTrainer(OnlineTrainer):
             elements.append(GroupElement(
                 query_tensor=torch.tensor(rows["prompts"][i]), response_tensor=torch.tensor(rows["outputs"][i]),
                 advantage=advantages[i], truncated=rows["truncated"][i],
-                old_logprobs=rows["logprobs"][i] if keep_old else None,
+                old_logprobs=old_logprobs[i] if keep_old else None,
                 ref_logprobs=rows["ref_logprobs"][i] if "ref_logprobs" in rows and self.kl_in_loss else None,
                 trunk=rows["trunk"][i] if "trunk" in rows else None,
+                sampler_logprobs=rows["sampler_logprobs"][i] if self.importance_sampling else None,
+                version=rows["versions"][i],
             ))
         self.store.push(elements)
         counted = [0 if (t and method.mask_truncated_completions) else len(o) for o, t in zip(rows["outputs"], rows["truncated"])]
@@ -158,7 +173,9 @@ class GRPOTrainer(OnlineTrainer):
         return grpo_loss(outputs["logprobs"], self.old_logprobs(outputs, batch), batch.ref_logprobs, batch.advantages,
                          batch.response_mask, beta=method.beta, epsilon=method.epsilon, epsilon_high=method.epsilon_high,
                          loss_type=method.loss_type, max_completion_length=method.max_completion_length,
-                         tokens_per_sequence=self.tokens_per_sequence, bias_correction_kl=method.use_bias_correction_kl)
+                         tokens_per_sequence=self.tokens_per_sequence, bias_correction_kl=method.use_bias_correction_kl,
+                         sampler_logprobs=batch.sampler_logprobs,
+                         importance_sampling_cap=method.vllm_importance_sampling_clip_max)
 
     def post_epoch_callback(self) -> None:
         self.store.clear_history()
@@ -168,10 +185,11 @@ class GRPOTrainer(OnlineTrainer):
 
     def method_state(self) -> dict[str, Any]:
         return {"prompt_position": list(self.prompt_position), "tokens_per_sequence": self.tokens_per_sequence,
-                "store": list(self.store.history)}
+                "store": list(self.store.history), **self.rollout_state()}
 
     def load_method_state(self, state: dict[str, Any]) -> None:
         self.prompt_position = tuple(state["prompt_position"])
+        self.load_rollout_state(state)
         self.tokens_per_sequence = state["tokens_per_sequence"]
         self.store.clear_history()
         self.store.push([GroupElement(**e) if isinstance(e, dict) else e for e in state["store"]])
@@ -211,4 +229,5 @@ class RLOOTrainer(GRPOTrainer):
     def loss(self, outputs, batch):
         method = self.config.method
         return rloo_loss(outputs["logprobs"], self.old_logprobs(outputs, batch), batch.advantages, batch.response_mask,
-                         epsilon=method.epsilon, epsilon_high=method.epsilon_high)
+                         epsilon=method.epsilon, epsilon_high=method.epsilon_high, sampler_logprobs=batch.sampler_logprobs,
+                         importance_sampling_cap=method.vllm_importance_sampling_clip_max)

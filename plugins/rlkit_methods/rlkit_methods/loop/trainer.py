@@ -30,6 +30,7 @@ from rlkit_core.plugins import get_host
 
 from rlkit_methods.loop import evaluation
 from rlkit_methods.loop.batching import pass_batches
+from rlkit_methods.rollouts_ahead import refuse_async_rollouts
 from rlkit_methods.run.checkpoint import (
     RLKIT_MARKER,
     commit_temporary,
@@ -59,10 +60,13 @@ class RLTrainer:
     engine_class: Any = None  # set by a pairing such as AcceleratePPOTrainer
     forward_kind = "tokens"
     shard_store = True  # offline stores are split over data-parallel ranks; rollouts are per rank
+    # why the method cannot learn from rollouts of an older policy (train.async_rollouts); None: it can
+    on_policy_only: str | None = "it makes no rollouts"
 
     def __init__(self, config, reward_fn=None, metric_fn=None, stop_sequences=None, logit_mask=None, *,
                  engine: Any = None, **engine_kwargs):
         self.config = config
+        refuse_async_rollouts(self, config)
         self.reward_fn, self.metric_fn = reward_fn, metric_fn
         self.stop_sequences = list(stop_sequences or [])
         self.logit_mask = logit_mask
@@ -188,6 +192,12 @@ class RLTrainer:
         self.generator.update_weights(WeightUpdate(
             version=self.iter_count, full=full, weights=lambda: named_weights(engine, trainable_only=not full)))
 
+    def release_generator(self) -> None:
+        self.generator.release()
+
+    def finish_learning(self, failed: bool) -> None:
+        """When ``learn`` ends (``failed``: with an error), before the run folder is released."""
+
     def generate_eval(self, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
         return self.generate(input_ids, attention_mask, **kwargs)
 
@@ -243,6 +253,7 @@ class RLTrainer:
         self.prepare_learning()
         train = self.config.train
         results: dict[str, Any] = {}
+        failed = True
         try:
             if train.resume_from_checkpoint:
                 path = resolve_resume_path(train.resume_from_checkpoint)
@@ -256,8 +267,11 @@ class RLTrainer:
             shown = progress(self.total_steps, self.iter_count, enabled=self.is_main_process, stats=results)
             with stop_on_signals() as self.stop, shown as bar:  # the first line shows evaluation 0's reward
                 self.progress_bar = bar
-                return self._loop(bar) or results
+                results = self._loop(bar) or results
+            failed = False
+            return results
         finally:
+            self.finish_learning(failed)
             self.progress_bar = BeforeLearn(self.is_main_process)
             self.tracker.finish()
             self.run_dir.release()
@@ -272,7 +286,7 @@ class RLTrainer:
                 for b in range(first, len(batches)):
                     if self.iter_count >= self.total_steps:
                         return results
-                    self.generator.release()  # training's turn for the memory (idempotent)
+                    self.release_generator()  # training's turn for the memory (idempotent)
                     stats = self.train_step(batches[b])
                     self.iter_count += 1
                     stop_if_diverged(self, stats)

@@ -39,6 +39,10 @@ class PPOConfig(MethodConfig):
     :param cliprange_reward: clip scores to [-c, c] (0 turns it off)
     :param gen_kwargs: generation kwargs; :param gen_experience_kwargs: used for rollouts if set
     :param num_value_layers_unfrozen: layers of the value branch (0: a head on the trunk)
+    :param vllm_importance_sampling_correction: weigh the policy-gradient term by the truncated
+        importance ratio min(pi_old / mu, C) of the trainer's log-probs over the generator's
+        (TRL 1.16's name; any generator, and rollouts of an older policy with train.async_rollouts)
+    :param vllm_importance_sampling_clip_max: its cap C
     """
 
     name: str = "PPOConfig"
@@ -65,6 +69,8 @@ class PPOConfig(MethodConfig):
     gen_experience_kwargs: Optional[dict[str, Any]] = None
     num_topk_samples: int = attrs.field(default=1, validator=positive)
     num_value_layers_unfrozen: int = attrs.field(default=0, validator=at_least(0))
+    vllm_importance_sampling_correction: bool = False
+    vllm_importance_sampling_clip_max: float = attrs.field(default=3.0, validator=_number(positive))
 
     # trlX's methods, delegating to the pure functions ------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import torch
 
 from rlkit_methods.common.kl import k1, k3
+from rlkit_methods.common.offpolicy import truncated_importance_weights, weight_stats
 from rlkit_methods.common.stats import AllReduce, flatten_dict, masked_mean, tensor_stats, whiten
 
 
@@ -90,11 +91,15 @@ def policy_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     cliprange: float,
+    importance_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate objective, as a loss to minimise::
 
         rho_t = exp(log pi(a_t|s_t) - log pi_old(a_t|s_t))
-        L_pg  = sum_t m_t * max(-A_t * rho_t, -A_t * clip(rho_t, 1 - eps, 1 + eps)) / sum_t m_t
+        L_pg  = sum_t m_t * w_t * max(-A_t * rho_t, -A_t * clip(rho_t, 1 - eps, 1 + eps)) / sum_t m_t
+
+    ``w_t`` (B, T): the truncated importance weight of a sampler other than pi_old
+    (:mod:`rlkit_methods.common.offpolicy`); 1 when None.
     """
     m = mask.to(logprobs.dtype)
     n = m.sum().clamp(min=1)
@@ -102,7 +107,10 @@ def policy_loss(
     ratio = torch.exp(log_ratio)  # (B, T)
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
-    pg_loss = torch.sum(torch.max(pg_loss1, pg_loss2) * m) / n
+    per_token = torch.max(pg_loss1, pg_loss2)  # (B, T)
+    if importance_weights is not None:
+        per_token = per_token * importance_weights.to(per_token.dtype)
+    pg_loss = torch.sum(per_token * m) / n
     with torch.no_grad():
         stats = {
             "clipfrac": torch.sum((pg_loss2 > pg_loss1).to(m.dtype) * m) / n,
@@ -150,9 +158,18 @@ def ppo_loss(
     cliprange: float,
     cliprange_value: float,
     vf_coef: float,
+    sampler_logprobs: torch.Tensor | None = None,
+    importance_sampling_cap: float = 3.0,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """L = L_pg + vf_coef * L_vf; returns ``(loss, stats)`` with trlX's metric names."""
-    pg_loss, pg_stats = policy_loss(logprobs, old_logprobs, advantages, mask, cliprange)
+    """L = L_pg + vf_coef * L_vf; returns ``(loss, stats)`` with trlX's metric names.
+
+    ``sampler_logprobs`` (B, T): the generator's log-probs of the sampled tokens, given when the
+    policy-gradient term is corrected for the sampler (``w_t = min(exp(log pi_old - log mu), C)``
+    with C ``importance_sampling_cap``, :mod:`rlkit_methods.common.offpolicy`); the value loss is not."""
+    weights = None
+    if sampler_logprobs is not None:
+        weights = truncated_importance_weights(old_logprobs, sampler_logprobs, mask, importance_sampling_cap)  # (B, T)
+    pg_loss, pg_stats = policy_loss(logprobs, old_logprobs, advantages, mask, cliprange, weights)
     vf_loss, vf_stats = value_loss(values, old_values, returns, mask, cliprange_value)
     loss = pg_loss + vf_coef * vf_loss
     n = mask.sum().clamp(min=1)
@@ -165,6 +182,8 @@ def ppo_loss(
         "ratio": pg_stats["ratio"],
         "padding_percentage": 1 - n / mask.numel(),
     }
+    if weights is not None:
+        stats.update(weight_stats(weights, mask))
     return loss, flatten_dict(stats)
 
 

@@ -39,6 +39,9 @@ class PPORLElement:
     trunk: Optional[torch.Tensor] = None  # (Q_real + R, H)
     advantages: Optional[torch.Tensor] = None  # (R,)
     returns: Optional[torch.Tensor] = None  # (R,)
+    # the generator's log-probs of the response, kept for the truncated importance weight
+    sampler_logprobs: Optional[torch.Tensor] = None  # (R,)
+    version: int = 0  # the policy version (optimizer steps) that sampled it
 
 
 @dataclass
@@ -54,6 +57,7 @@ class PPORLBatch:
     trunk: Optional[torch.Tensor] = None  # (B, Q + R, H), padded like the tokens (zeros)
     advantages: Optional[torch.Tensor] = None  # (B, R)
     returns: Optional[torch.Tensor] = None  # (B, R)
+    sampler_logprobs: Optional[torch.Tensor] = None  # (B, R)
 
     @property
     def rollouts(self) -> "PPORLBatch":
@@ -113,6 +117,9 @@ def ppo_collate_fn(padding_side: str, pad_token_id: int, elems: Iterable[PPORLEl
     kept = [e.advantages is not None and e.returns is not None for e in elems]
     if any(kept) and not all(kept):
         raise ValueError("rollouts: advantages and returns must be set on every rollout of a batch or on none")
+    sampled = [e.sampler_logprobs is not None for e in elems]
+    if any(sampled) and not all(sampled):
+        raise ValueError("rollouts: sampler_logprobs must be kept for every rollout of a batch or for none")
     return PPORLBatch(
         query_tensors=query_tensors,
         response_tensors=pad([e.response_tensor for e in elems], pad_token_id, "right"),
@@ -125,6 +132,7 @@ def ppo_collate_fn(padding_side: str, pad_token_id: int, elems: Iterable[PPORLEl
         trunk=trunk,
         advantages=pad([e.advantages for e in elems], 0.0, "right") if all(kept) and elems else None,
         returns=pad([e.returns for e in elems], 0.0, "right") if all(kept) and elems else None,
+        sampler_logprobs=pad([e.sampler_logprobs for e in elems], 0.0, "right") if all(sampled) and elems else None,
     )
 
 

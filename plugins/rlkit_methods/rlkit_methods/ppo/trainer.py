@@ -45,6 +45,9 @@ class PPOTrainBatch:
 class PPOTrainer(OnlineTrainer):
     method_name = "ppo"
     forward_kind = "response"
+    # rollouts of an older policy (train.async_rollouts): the ratio is taken against the policy
+    # that sampled them, or against the trainer's pi_old with the truncated importance weight
+    on_policy_only = None
     # keep the frozen trunk's output from each rollout for its PPO epochs (when the engine
     # can); False runs the trunk every time
     cache_trunk = True
@@ -78,8 +81,7 @@ class PPOTrainer(OnlineTrainer):
         want = ("ref_logprobs", "trunk") if self.cache_trunk else ("ref_logprobs",)
         timer, gap = PhaseTimer(), LogprobGap()
         elements, all_scores, all_kl = [], [], []
-        while len(elements) < num_rollouts:
-            samples = self.sample_responses(self.next_prompt_chunk(), timer, **self.experience_kwargs)
+        for samples in self.phase_samples(num_rollouts, timer):
             with timer.time("score"):
                 scores = self.score_samples(samples, self.reward_scores)
 
@@ -94,6 +96,10 @@ class PPOTrainer(OnlineTrainer):
 
             out = self.forward_samples(samples, want, timer)
             gap.add(samples, out["logprobs"])
+            sampler = self.sampler_logprobs(samples)
+            # pi_old: the trainer's forward, corrected by the importance weight when it is on; rollouts
+            # sampled ahead without it take the ratio against the policy that sampled them
+            old_from_sampler = self.ahead is not None and not self.importance_sampling
             with timer.time("forward"):
                 lengths = [len(o) for o in samples.outputs]
                 r_mask = pad([torch.ones(n, dtype=torch.long) for n in lengths], 0, "right")
@@ -103,7 +109,10 @@ class PPOTrainer(OnlineTrainer):
                 for i, n in enumerate(lengths):
                     elements.append(PPORLElement(
                         query_tensor=torch.tensor(samples.prompts[i]), response_tensor=torch.tensor(samples.outputs[i]),
-                        logprobs=out["logprobs"][i, :n], values=out["values"][i, :n], rewards=rewards[i, :n], trunk=trunks[i],
+                        logprobs=sampler[i].float() if old_from_sampler else out["logprobs"][i, :n],
+                        values=out["values"][i, :n], rewards=rewards[i, :n], trunk=trunks[i],
+                        sampler_logprobs=sampler[i].float() if self.importance_sampling else None,
+                        version=samples.versions[i],
                     ))
         elements = elements[:num_rollouts]
         self.set_advantages(elements)
@@ -150,7 +159,9 @@ class PPOTrainer(OnlineTrainer):
         method = self.config.method
         return ppo_loss(outputs["logprobs"], outputs["values"], batch.logprobs, batch.values, batch.advantages,
                         batch.returns, batch.response_mask, cliprange=method.cliprange,
-                        cliprange_value=method.cliprange_value, vf_coef=method.vf_coef)
+                        cliprange_value=method.cliprange_value, vf_coef=method.vf_coef,
+                        sampler_logprobs=batch.sampler_logprobs,
+                        importance_sampling_cap=method.vllm_importance_sampling_clip_max)
 
     def post_epoch_callback(self) -> None:
         # once per rollout phase, with n_steps = the rollouts of the phase (trlX: per PPO epoch)
@@ -168,6 +179,7 @@ class PPOTrainer(OnlineTrainer):
             "mean_kl": self.mean_kl,
             "prompt_position": list(self.prompt_position),
             "store": list(self.store.history),
+            **self.rollout_state(),
         }
 
     def load_method_state(self, state: dict[str, Any]) -> None:
@@ -176,6 +188,7 @@ class PPOTrainer(OnlineTrainer):
         self.ref_mean, self.ref_std = state["ref"]
         self.mean_kl = state["mean_kl"]
         self.prompt_position = tuple(state["prompt_position"])
+        self.load_rollout_state(state)
         self.store.clear_history()
         elements = [PPORLElement(**e) if isinstance(e, dict) else e for e in state["store"]]
         if any(e.advantages is None for e in elements):  # a checkpoint from before advantages were kept

@@ -8,7 +8,8 @@
 * Every other setting that changes the run (the optimizer, the schedule, lengths, the
   reward, the tokenizer, ...) must match too, unless ``train.resume_config_changes: allow``
   says the change is intended: one line names each differing key with both values. What only
-  says how long to train, where to write, or how to report (:data:`MAY_CHANGE`) may differ.
+  says how long to train, where to write, or how to report, and which generator samples the
+  policy (:data:`MAY_CHANGE`), may differ.
   A checkpoint without ``config.yml`` cannot be checked and is refused the same way.
 * :func:`steps_left`: a checkpoint already at ``train.total_steps`` has nothing left to train;
   the loop must not take one more step.
@@ -36,6 +37,8 @@ MUST_MATCH = {
     "model.model_arch_type": "weights of another architecture do not load",
     "model.num_layers_unfrozen": "the trained blocks and the reference model depend on it",
     "model.peft_config": "the checkpoint holds those adapters",
+    "train.async_rollouts": "the checkpoint holds the rollouts sampled ahead on that schedule, or none",
+    "train.max_staleness": "the checkpoint holds that many phases of rollouts sampled ahead",
 }
 
 
@@ -47,6 +50,9 @@ MAY_CHANGE = (
     "train.tracker", "train.project_name", "train.run_name", "train.entity_name", "train.group_name", "train.tags",
     "train.save_best", "train.save_optimizer", "train.stop_on_nonfinite", "train.resume_config_changes",
     "data.eval_prompts", "metric",
+    # which sampler draws from the policy, not what is trained: a run whose generator process died
+    # may resume on the engine's own sampler, or move vLLM to another device (the draws differ)
+    "train.generator", "train.generator_kwargs",
 )
 SWITCH = "train.resume_config_changes=allow"
 
