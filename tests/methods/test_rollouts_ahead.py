@@ -36,7 +36,7 @@ def fake_trainer():
     """What RolloutsAhead reads of a trainer: a generator on the engine's weights (its jobs run
     at once), the step, the rollout kwargs, and a sampler returning the chunk's number."""
     trainer = SimpleNamespace(generator=SharedWeightsGenerator(engine=None), iter_count=0, experience_kwargs={})
-    trainer.generation_kwargs = lambda **kw: kw
+    trainer.sample_rollouts = None  # the fake sample_responses samples by itself
 
     def sample_responses(batch, sampler=None, **kwargs):
         n = int(batch["input_ids"][0, 0])

@@ -169,9 +169,13 @@ class OnlineTrainer(RLTrainer):
                                "async/policy_version": float(self.iter_count)}
         rows = 0
         while rows < num_rollouts:
-            part = self.sample_responses(self.rollout_chunk(), timer, **self.experience_kwargs)
+            part = self.sample_responses(self.rollout_chunk(), timer, sampler=self.sample_rollouts, **self.experience_kwargs)
             rows += len(part)
             yield part
+
+    def sample_rollouts(self, input_ids, attention_mask=None, **kwargs) -> Samples:
+        """Rollouts come from the generator, whatever samples evaluation (:meth:`sample`)."""
+        return self.generator.generate(input_ids, attention_mask, **self.generation_kwargs(**kwargs))
 
     def sampler_logprobs(self, samples: Responses) -> list[torch.Tensor] | None:
         """The generator's log-probs of the kept tokens where the method reads them: for the

@@ -94,8 +94,7 @@ class RolloutsAhead:
             trainer.generator.update_weights(job.update)
             job.update = None  # the snapshot's memory goes with it
         kwargs = trainer.experience_kwargs
-        sampler = lambda ids, mask, **kw: trainer.generator.generate(ids, mask, **trainer.generation_kwargs(**kw))  # noqa: E731
-        job.result = [trainer.sample_responses(batch, sampler=sampler, **kwargs) for batch in job.batches]
+        job.result = [trainer.sample_responses(batch, sampler=trainer.sample_rollouts, **kwargs) for batch in job.batches]
         job.batches = []
         job.seconds = time.time() - start
         job.tokens = sum(len(o) for part in job.result for o in part.outputs)

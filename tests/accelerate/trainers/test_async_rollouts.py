@@ -58,6 +58,7 @@ def test_async_ppo_samples_beside_training_with_the_weights_of_the_planned_versi
     # phase 2 was planned at step 4 and sampled while steps 5-8 trained (learn waits for it)
     assert trainer.ahead.jobs[0].phase == 2 and trainer.ahead.jobs[0].version == 4
     assert trainer.generator.version == 4 and trainer.iter_count == 8
+    assert trainer.generator.calls == 6  # phases 0, 1 and 2, two chunks each; evaluation never asked it
     step4 = exported_tensors(tmp_path / "ckpts" / "checkpoint_4" / "hf_model")
     theirs = dict(trainer.generator.model.named_parameters())
     compared = [k for k in step4 if k.split(":", 1)[1] in theirs]
@@ -110,6 +111,48 @@ def test_the_correction_weighs_one_with_the_trainers_own_sampler_and_caps_stale_
     lagging = [r for r in records(tmp_path / "async", "train") if r["step"] > 4]
     assert max(abs(r["sampling/importance_sampling_ratio/max"] - 1) for r in lagging) > 1e-3
     assert all(r["sampling/importance_sampling_ratio/max"] <= 1.5 for r in lagging)
+
+
+def test_async_grpo_without_the_correction_takes_pi_old_from_the_sampler(tmp_path):
+    """One step a phase, beta 0: no rollout forward runs at all (synchronously pi_old would be
+    the policy itself, ratio 1), yet pi_old is kept: the generator's log-probs of the policy
+    that sampled, one step behind."""
+    trainer = grpo_setup.run("grpo", tmp_path, config_overrides=dict(
+        train=dict(total_steps=3, batch_size=16, async_rollouts=True), method=dict(beta=0.0)))
+    phases = records(tmp_path, "rollout")
+    assert [r["async/policy_version"] for r in phases] == [0, 0, 1]
+    assert not any("policy/logprob_gap_max" in r or r["time/rollout_forward"] for r in phases)  # no forward
+    assert all(e.old_logprobs is not None and e.sampler_logprobs is None for e in trainer.store.history)
+    assert all(e.old_logprobs.shape == e.response_tensor.shape and (e.old_logprobs <= 0).all() for e in trainer.store.history)
+
+
+class DyingCopy:
+    """A generator with its own weights whose process dies at its fifth call: phase 2's, sampled
+    while steps 5-8 train (phases 0 and 1 take two calls each)."""
+
+    def __init__(self, engine):
+        from rlkit_core.testing.generator import HFCopyGenerator
+
+        self.copy = HFCopyGenerator(engine)
+
+    def generate(self, *args, **kwargs):
+        if self.copy.calls == 4:
+            raise RuntimeError("generator process exited with code 137")
+        return self.copy.generate(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.copy, name)
+
+
+def test_a_generator_dying_beside_training_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
+    """Its error reaches the loop at the first point that needs the samples (here step 8's
+    checkpoint, which would keep them: it is not written); step 4's stays whole."""
+    with pytest.raises(RuntimeError, match="generator process exited with code 137"):
+        ppo(tmp_path, total_steps=12, checkpoint_interval=4, async_rollouts=True, generator=f"{__name__}:DyingCopy")
+    assert (tmp_path / "ckpts" / "checkpoint_4" / "COMPLETE").is_file()
+    assert sorted(p.name for p in (tmp_path / "ckpts").iterdir()) == ["checkpoint_4", "logs"]
+    assert [r["step"] for r in records(tmp_path, "rollout")] == [0, 4]
+    assert not [t for t in threading.enumerate() if t.name.startswith("rlkit-rollouts")]
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
