@@ -2,7 +2,6 @@
 methods that refuse the mode, and what a resume may change (train.generator may, the async
 keys may not). The runs themselves are in tests/accelerate/trainers/test_async_rollouts.py."""
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
