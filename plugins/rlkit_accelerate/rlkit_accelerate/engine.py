@@ -33,6 +33,7 @@ from rlkit_accelerate.models.adapters import save_base_model, virtual_tokens
 from rlkit_accelerate.models.blocks import eval_mode
 from rlkit_accelerate.models.shared_prompts import generate_sharing_prompts
 from rlkit_accelerate.optim import make_optimizer, make_scheduler
+from rlkit_accelerate.packing import check_packing, packed_ilql_forward, packed_response_forward, packed_tokens_forward
 from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly, no_padding_warning
 from rlkit_accelerate.sharding import (
     configure_deepspeed,
@@ -82,6 +83,7 @@ class AccelerateEngine:
         self.model = self.opt = self.scheduler = None
         self._unwrapped = None  # (wrapper, unwrapped model)
         self.virtual_tokens = 0
+        self.packing = False
 
     # --- facts -------------------------------------------------------------------------------
 
@@ -119,6 +121,9 @@ class AccelerateEngine:
             set_pad_token(model, self.tokenizer)
         self.virtual_tokens = virtual_tokens(model) if spec.heads == "lm" else 0
         model.to(self.device)
+        self.packing = config.train.packing
+        if self.packing:
+            check_packing(model, seq2seq=self.is_seq2seq, virtual_tokens=self.virtual_tokens)
         self.opt = make_optimizer(config.optimizer.name, config.optimizer.kwargs, model.parameters())
         self.scheduler = make_scheduler(config.scheduler.name, config.scheduler.kwargs, self.opt, config.train.total_steps)
         configure_deepspeed(self.accelerator, *self.batch_sizes(), config.train.max_grad_norm)
@@ -166,6 +171,10 @@ class AccelerateEngine:
         return hf_named_weights(self, trainable_only=trainable_only)
 
     def _forward(self, kind: str, model, batch, want: Sequence[str], *, train: bool) -> dict[str, Any]:
+        if train and self.packing:  # the rows of a micro-batch as one padding-free sequence
+            if kind == "response":
+                return packed_response_forward(model, self.unwrapped_model, batch)
+            return packed_tokens_forward(model, batch) if kind == "tokens" else packed_ilql_forward(model, batch)
         if kind == "response":
             return response_forward(model, self.unwrapped_model, batch, want, train=train)
         if kind == "tokens":

@@ -154,14 +154,16 @@ class CausalLMWithValueHead(nn.Module):
         dropout = any(isinstance(m, nn.Dropout) and m.p > 0 for m in self.base_model.modules())
         return not dropout and not any(isinstance(r, float) and r > 0 for r in rates)
 
-    def cached_trunk(self, trunk_hidden: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> BranchInput:
+    def cached_trunk(self, trunk_hidden: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                     position_ids: torch.Tensor | None = None) -> BranchInput:
         """A trunk output from kept hidden states; only the block arguments are recomputed
         (embedding up to the first block, not the blocks themselves)."""
-        position_ids = position_ids_from_mask(attention_mask)
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask)
         start = run_trunk(self.base_model, self.layout, 0, input_ids, attention_mask, position_ids)
         return BranchInput(hidden=trunk_hidden.to(start.hidden.dtype), index=self.branch_index, args=start.args, kwargs=start.kwargs)
 
-    def forward_top(self, trunk: BranchInput, return_hidden: bool = False, keep: int | None = None) -> PolicyOutput:
+    def forward_top(self, trunk: BranchInput, return_hidden: bool = False, keep: int | torch.Tensor | None = None) -> PolicyOutput:
         """Trainable top and heads on a trunk output: logits and values (of the last ``keep``
         positions only when given: the LM head is most of a top's cost, and the response
         forwards read only the positions that predict the response, as TRL's ``logits_to_keep``)."""
@@ -191,13 +193,15 @@ class CausalLMWithValueHead(nn.Module):
         response_ids: torch.Tensor | None = None,
         response_mask: torch.Tensor | None = None,
         trunk_hidden: torch.Tensor | None = None,
+        keep: torch.Tensor | None = None,
     ) -> PolicyOutput:
         """Logits and values. ``position_ids`` default to following the real tokens.
 
         With ``response_ids`` (the interface the seq2seq policy shares), ``input_ids`` are the
         left-padded prompts and the outputs cover the response only: logits [B, R, V]
         predicting each response token and values [B, R] of the states before them;
-        ``trunk_hidden`` (see ``caches_trunk``) replaces running the frozen trunk."""
+        ``trunk_hidden`` (see ``caches_trunk``) replaces running the frozen trunk. Without
+        them, ``keep`` [K] limits the heads to those positions (packed rows: packing.py)."""
         if response_ids is not None:
             groups = None if return_hidden or trunk_hidden is not None else self._groups_to_share(input_ids, attention_mask, response_mask)
             if groups is not None:
@@ -211,9 +215,11 @@ class CausalLMWithValueHead(nn.Module):
                 trunk = self.forward_trunk(input_ids, attention_mask)
             R = response_ids.shape[1]
             return _response_part(self.forward_top(trunk, return_hidden=return_hidden, keep=R + 1), R)
+        if trunk is None and trunk_hidden is not None:
+            trunk = self.cached_trunk(trunk_hidden, input_ids, attention_mask, position_ids)
         if trunk is None:
             trunk = self.forward_trunk(input_ids, attention_mask, position_ids)
-        return self.forward_top(trunk, return_hidden=return_hidden)
+        return self.forward_top(trunk, return_hidden=return_hidden, keep=keep)
 
     @torch.no_grad()
     def score_rollout(self, input_ids, attention_mask, response_ids, response_mask,
@@ -384,9 +390,12 @@ def _join(query, query_mask, response, response_mask) -> tuple[torch.Tensor, tor
     return torch.cat([query, response], dim=1), torch.cat([query_mask, response_mask], dim=1)
 
 
-def _last(x: torch.Tensor, keep: int | None) -> torch.Tensor:
-    """The last ``keep`` positions of [B, T, ...] (all of them for None)."""
-    return x if keep is None else x[:, -keep:]
+def _last(x: torch.Tensor, keep: int | torch.Tensor | None) -> torch.Tensor:
+    """The last ``keep`` positions of [B, T, ...], or those at the indices ``keep`` [K]
+    (all of them for None)."""
+    if keep is None:
+        return x
+    return x[:, keep] if isinstance(keep, torch.Tensor) else x[:, -keep:]
 
 
 def _response_part(out: PolicyOutput, R: int) -> PolicyOutput:

@@ -1,0 +1,186 @@
+"""``train.packing``: every method's training loss and gradients on packed rows equal the padded
+path's (float32: loss within 1e-5 relative, every gradient within 1e-4 of its largest entry),
+for GPT-2 (learned absolute positions, so position ids must restart on every row) and Llama
+(rotary), left- and right-padded batches with rows of very different lengths; and a one-line
+refusal where packing cannot apply."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from transformers import GPT2Config, LlamaConfig
+
+import grpo_setup
+import prefs_setup
+import walks_setup
+from rlkit_core.errors import ConfigError
+from rlkit_methods.data.prompts import PromptPipeline
+from rlkit_methods.engine_kit import to_device
+from rlkit_accelerate.packing import pack_rows
+from rlkit_accelerate.trainers import (
+    AccelerateDPOTrainer,
+    AccelerateGRPOTrainer,
+    AccelerateILQLTrainer,
+    AcceleratePPOTrainer,
+    AccelerateRewardModelTrainer,
+    AccelerateRLOOTrainer,
+    AccelerateSFTTrainer,
+)
+
+TOKENIZER = walks_setup.TOKENIZER
+TASK = walks_setup.TASK
+# rows from 1 to 40 tokens: a short walk, a long one, everything between
+LONG = "abcdefghijklmnopqrstuvwxyzabcdefghijklm"
+SAMPLES = ["a", LONG, "bd", "cdefgh"] + TASK.walks[:4]
+
+
+def model_config(arch: str):
+    common = dict(vocab_size=len(TOKENIZER), bos_token_id=1, eos_token_id=1, pad_token_id=0)
+    if arch == "gpt2":  # no dropout: the padded and packed passes must see the same network
+        return GPT2Config(n_layer=2, n_embd=32, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                          **common)
+    return LlamaConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=64, **common)
+
+
+def make(setup, kind: str, arch: str, side: str, tmp_path, **overrides):
+    overrides = {"tokenizer": dict(padding_side=side), **overrides}
+    overrides["train"] = dict(seq_length=48, packing=True, **overrides.get("train", {}))
+    config = setup.config(kind, tmp_path, **overrides)
+    config.model.model_path = model_config(arch)
+    return config
+
+
+def loss_and_grads(trainer, items, packing: bool):
+    engine = trainer.engine
+    engine.packing = packing
+    model = engine.model
+    model.zero_grad(set_to_none=True)
+    batch = to_device(trainer.collate(items), engine.device)
+    loss, _ = trainer.loss(engine._forward(trainer.forward_kind, model, batch, (), train=True), batch)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return loss.detach(), grads
+
+
+def assert_same_step(trainer, items):
+    padded_loss, padded = loss_and_grads(trainer, items, packing=False)
+    packed_loss, packed = loss_and_grads(trainer, items, packing=True)
+    assert torch.isfinite(padded_loss)
+    assert torch.allclose(packed_loss, padded_loss, rtol=1e-5, atol=1e-6), (packed_loss, padded_loss)
+    assert packed.keys() == padded.keys() and padded
+    largest = max(grad.abs().max().item() for grad in padded.values())
+    assert largest > 1e-4  # a step that moves the weights
+    for name, grad in padded.items():
+        scale = max(grad.abs().max().item(), 1e-3 * largest)  # each tensor to its own scale
+        assert (packed[name] - grad).abs().max().item() <= 1e-4 * scale, name
+
+
+def padding_of(batch) -> torch.Tensor:
+    mask = batch["attention_mask"] if isinstance(batch, dict) else batch.attention_mask
+    return (mask == 0).sum(-1)
+
+
+ARCHS = ["gpt2", "llama"]
+SIDES = ["left", "right"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("side", SIDES)
+def test_sft_packed_equals_padded(arch, side, tmp_path):
+    trainer = AccelerateSFTTrainer(make(walks_setup, "sft", arch, side, tmp_path))
+    trainer.make_experience(SAMPLES, 48)
+    items = [trainer.store[i] for i in range(len(SAMPLES))]
+    assert padding_of(trainer.collate(items)).max() >= 35  # a 1-token row beside a 40-token one
+    assert_same_step(trainer, items)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("side", SIDES)
+def test_ilql_packed_equals_padded(arch, side, tmp_path):
+    trainer = AccelerateILQLTrainer(make(walks_setup, "ilql", arch, side, tmp_path))
+    samples = [["a", LONG], ["b", "c"], ["cd", "efgh"]] + [[w[0], w[1:]] for w in TASK.walks[:5]]
+    trainer.make_experience(samples, [1.0, -1.0, 0.5, 0.0, 1.0, 0.2, -0.3, 0.7], 48)
+    items = [trainer.store[i] for i in range(len(samples))]
+    assert padding_of(trainer.collate(items)).max() >= 30
+    assert_same_step(trainer, items)
+
+
+@pytest.mark.parametrize("kind", ["dpo", "reward_model"])
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("side", SIDES)
+def test_preference_methods_packed_equal_padded(kind, arch, side, tmp_path):
+    cls = {"dpo": AccelerateDPOTrainer, "reward_model": AccelerateRewardModelTrainer}[kind]
+    method = {"eval_fraction": 0.0} if kind == "reward_model" else {}
+    trainer = cls(make(prefs_setup, kind, arch, side, tmp_path, method=method))
+    pairs = [{"prompt": "a", "chosen": LONG, "rejected": "b"}] + prefs_setup.walk_pairs(5)
+    trainer.make_experience(pairs, 48)
+    trainer.prepare_learning() if kind == "dpo" else None  # DPO: the reference log-probs into each pair
+    items = [trainer.store[i] for i in range(len(pairs))]
+    assert_same_step(trainer, items)
+
+
+def rollouts(trainer, n: int = 16):
+    prompts = ["b", "cd", "efgh", "a" * 9] * 4
+    trainer.add_prompt_pipeline(PromptPipeline(prompts, 12, trainer.tokenizer))
+    trainer.make_experience(n)
+    return [trainer.store[i] for i in range(8)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("unfrozen", [-1, 1])
+def test_ppo_packed_equals_padded(arch, side, unfrozen, tmp_path):
+    config = make(walks_setup, "ppo", arch, side, tmp_path, model=dict(num_layers_unfrozen=unfrozen))
+    trainer = AcceleratePPOTrainer(config, reward_fn=walks_setup.reward_fn)
+    items = rollouts(trainer)
+    assert (unfrozen >= 0) == all(item.trunk is not None for item in items)  # the kept trunk is packed too
+    assert_same_step(trainer, items)
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+@pytest.mark.parametrize("side", SIDES)
+def test_grpo_and_rloo_packed_equal_padded(kind, side, tmp_path):
+    cls = {"grpo": AccelerateGRPOTrainer, "rloo": AccelerateRLOOTrainer}[kind]
+    trainer = cls(make(grpo_setup, kind, "llama", side, tmp_path), reward_fn=walks_setup.reward_fn)
+    # an untrained model's walks all score 0 (no advantage, no gradient): give the rows advantages
+    items = [dataclasses.replace(item, advantage=torch.full_like(item.advantage, (-1.0) ** i * (1 + i / 4)))
+             for i, item in enumerate(rollouts(trainer))]
+    assert_same_step(trainer, items)
+
+
+def test_packed_rows_restart_positions_and_map_columns():
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 0], [0, 1, 0, 0]])
+    p = pack_rows(mask)
+    assert p.position_ids.tolist() == [[0, 1, 0, 1, 2, 0]]
+    assert p.columns(torch.tensor([[3, 2], [0, 2], [1, 1]])).tolist() == [[1, 0], [2, 4], [5, 5]]
+    x = torch.arange(12.0).view(3, 4)
+    assert torch.equal(p.unpack(p.pack(x)), x * mask)
+
+
+def test_seq2seq_is_refused(tmp_path):
+    import t5_walks_setup
+
+    config = t5_walks_setup.config("sft", tmp_path, train=dict(packing=True))
+    with pytest.raises(ConfigError, match=r"^train\.packing: .*seq2seq.*set train\.packing: false$"):
+        AccelerateSFTTrainer(config)
+
+
+def test_prompt_learning_is_refused(tmp_path):
+    peft = dict(peft_type="PROMPT_TUNING", num_virtual_tokens=4, task_type="CAUSAL_LM")
+    config = make(walks_setup, "sft", "gpt2", "right", tmp_path, model=dict(peft_config=peft))
+    with pytest.raises(ConfigError, match=r"^train\.packing: peft prompt learning"):
+        AccelerateSFTTrainer(config)
+
+
+def test_a_model_that_attends_across_rows_is_refused(tmp_path, monkeypatch):
+    import transformers.masking_utils as masking_utils
+
+    # transformers without packed-sequence detection: one causal mask over the whole packed row
+    monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", lambda position_ids: None)
+    config = make(walks_setup, "sft", "llama", "right", tmp_path)
+    with pytest.raises(ConfigError, match=r"^train\.packing: LlamaForCausalLM \(attention sdpa\) lets packed rows attend"):
+        AccelerateSFTTrainer(config)
