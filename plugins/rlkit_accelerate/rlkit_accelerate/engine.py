@@ -23,7 +23,7 @@ from accelerate.utils import broadcast_object_list, gather_object, set_seed
 from rlkit_core.engine import ModelSpec, QGuidance, check_forward_kind
 from rlkit_core.errors import ConfigError, RlkitError
 from rlkit_core.process_group import destroy_at_clean_exit
-from rlkit_methods.engine_kit import load_tokenizer, split_microbatches, to_cpu, to_device
+from rlkit_methods.engine_kit import load_tokenizer, real_tokens, split_microbatches, to_cpu, to_device
 
 from rlkit_accelerate import assets
 from rlkit_accelerate.build import build_model, is_seq2seq
@@ -188,14 +188,15 @@ class AccelerateEngine:
             return to_cpu(self._forward(kind, model, to_device(batch, self.device), want, train=False))
 
     def step(self, kind: str, items: Sequence[Any], collate: Callable, loss: Callable) -> dict[str, float]:
-        """One optimizer step over ``items`` in micro-batches of ``train.minibatch_size``, each
-        weighted by its rows (``Engine.step``); the stats averaged over data-parallel ranks."""
+        """One optimizer step over ``items`` in micro-batches of ``train.minibatch_size`` items
+        (or ``train.minibatch_tokens`` real tokens), each weighted by its rows (``Engine.step``);
+        the stats averaged over data-parallel ranks."""
         check_forward_kind(kind)
         acc = self.accelerator
         # dropout on while learning (trlX trained in eval mode), in every module: the top's flag
         # says nothing of its submodules (a model from from_pretrained is in eval mode under it)
         self.model.train()
-        micro = split_microbatches(list(items), self.batch_sizes()[1])
+        micro = self._microbatches(list(items), collate)
         stats_sum: dict[str, float] = {}
         forward_time = backward_time = 0.0
         for k, mb in enumerate(micro):
@@ -228,6 +229,20 @@ class AccelerateEngine:
         for group, lr in enumerate(self.scheduler.get_last_lr()):
             stats_sum[f"learning_rate_group_{group}"] = lr
         return stats_sum
+
+    def _microbatches(self, items: list[Any], collate: Callable) -> list[list[Any]]:
+        """``train.minibatch_size`` items, or ``train.minibatch_tokens`` real tokens, per
+        micro-batch; as many micro-batches on every rank (the most any rank needs), since
+        ZeRO-3 and FSDP gather the weights in every forward."""
+        budget = self.config.train.minibatch_tokens
+        if not budget:
+            return split_microbatches(items, self.batch_sizes()[1])
+        tokens = [real_tokens(collate([item])) for item in items]
+        micro = split_microbatches(items, None, tokens=tokens, minibatch_tokens=budget)
+        if self.num_processes > 1:
+            count = int(self.accelerator.gather(torch.tensor([len(micro)], device=self.device)).max())
+            micro = split_microbatches(items, None, tokens=tokens, minibatch_tokens=budget, count=count)
+        return micro
 
     def sync_target(self, alpha: float) -> None:
         self.unwrapped_model.sync_target_q_heads(alpha)

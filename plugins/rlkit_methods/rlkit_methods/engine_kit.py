@@ -15,7 +15,9 @@ Plumbing
 * :func:`to_device`, :func:`to_cpu`: a batch or an output structure (tensors in dicts, lists,
   tuples, named tuples and dataclasses, nested) moved, everything else kept as it is;
   :func:`map_tensors` walks the same structures with any function.
-* :func:`split_microbatches`: a step's items in ``train.minibatch_size`` micro-batches.
+* :func:`split_microbatches`: a step's items in micro-batches of ``train.minibatch_size``
+  items or ``train.minibatch_tokens`` real tokens (:func:`real_tokens` counts a collated
+  batch's), as many as every data-parallel rank agreed on.
 * :func:`mean_stats`: one stats dict for a step from its micro-batches' dicts.
 * :data:`IGNORE_INDEX`: the label of a position that does not count (``-100``, as
   ``CrossEntropyLoss``), in the ``"tokens"`` forward kind's ``labels``.
@@ -46,7 +48,7 @@ from rlkit_methods.data.padding import position_ids_from_mask
 from rlkit_methods.data.tokenizers import load_tokenizer
 from rlkit_methods.ilql.losses import batched_index_select
 from rlkit_methods.ilql.sampling import q_guided_logits, sync_target, topk_mask
-from rlkit_methods.loop.batching import split_microbatches
+from rlkit_methods.loop.batching import real_tokens, split_microbatches
 from rlkit_methods.preferences.export import make_score_head, save_sequence_classifier
 from rlkit_methods.sft.store import IGNORE_INDEX
 
@@ -62,6 +64,7 @@ __all__ = [
     "mean_stats",
     "position_ids_from_mask",
     "q_guided_logits",
+    "real_tokens",
     "save_sequence_classifier",
     "split_microbatches",
     "sync_target",

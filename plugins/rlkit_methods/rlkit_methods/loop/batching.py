@@ -10,7 +10,7 @@ of steps and no sample is dropped.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -53,7 +53,52 @@ def eval_batches(num_items: int, batch_size: int, *, rank: int = 0, world_size: 
     return pass_batches(num_items, size, seed=0, pass_index=0, rank=rank, world_size=world_size, shuffle=False)
 
 
-def split_microbatches(batch: Sequence[int], minibatch_size: int | None) -> list[list[int]]:
-    """trlX's micro-batching: ``train.minibatch_size`` items per forward/backward."""
-    size = minibatch_size or len(batch)
-    return [list(batch[i : i + size]) for i in range(0, len(batch), size)]
+def split_microbatches(batch: Sequence[Any], minibatch_size: int | None, *, tokens: Sequence[int] | None = None,
+                       minibatch_tokens: int | None = None, count: int | None = None) -> list[list[Any]]:
+    """A step's items in micro-batches, in order: trlX's ``train.minibatch_size`` items each
+    (the last may be short; None: all at once), or with ``minibatch_tokens`` as many consecutive
+    items as fit that many tokens (``tokens[i]``: item i's real tokens, :func:`real_tokens`); an
+    item longer than the budget is a micro-batch of its own.
+
+    ``count``: at least this many micro-batches, the largest (most tokens, else most items)
+    halved until there are, so that every data-parallel rank runs the number they agreed on
+    (sharded models gather weights in every forward). The engine weights each micro-batch by its
+    items (``Engine.step``), so the step's loss is the same however it is split."""
+    if minibatch_tokens is None:
+        size = minibatch_size or len(batch)
+        micro = [list(batch[i : i + size]) for i in range(0, len(batch), size)]
+        sizes = [[1] * len(mb) for mb in micro]
+    else:
+        if tokens is None or len(tokens) != len(batch):
+            raise ValueError(f"split_microbatches: minibatch_tokens needs one token count per item "
+                             f"({0 if tokens is None else len(tokens)} for {len(batch)} items)")
+        micro, sizes, used = [], [], 0
+        for item, n in zip(batch, tokens):
+            if not micro or used + n > minibatch_tokens:
+                micro.append([])
+                sizes.append([])
+                used = 0
+            micro[-1].append(item)
+            sizes[-1].append(n)
+            used += n
+    if count is not None and count > len(micro):
+        if count > len(batch):
+            raise ValueError(f"split_microbatches: {count} micro-batches asked of {len(batch)} items; "
+                             f"every data-parallel rank must hold as many items per step")
+        while len(micro) < count:
+            k = max((k for k in range(len(micro)) if len(micro[k]) > 1), key=lambda k: (sum(sizes[k]), len(micro[k])))
+            half = len(micro[k]) // 2
+            micro[k : k + 1] = [micro[k][:half], micro[k][half:]]
+            sizes[k : k + 1] = [sizes[k][:half], sizes[k][half:]]
+    return micro
+
+
+def real_tokens(batch: Any) -> int:
+    """The real tokens of a collated batch: the ones of its ``attention_mask`` (and, for
+    seq2seq batches, of its ``decoder_attention_mask``)."""
+    total = 0
+    for key in ("attention_mask", "decoder_attention_mask"):
+        mask = batch.get(key) if isinstance(batch, dict) else getattr(batch, key, None)
+        if mask is not None:
+            total += int(mask.sum())
+    return total
