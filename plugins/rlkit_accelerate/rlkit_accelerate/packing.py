@@ -1,16 +1,21 @@
-"""Padding-free training forwards (``train.packing``): a micro-batch's rows as one sequence.
+"""Padding-free training forwards (``train.packing``): a micro-batch's rows packed into bins.
 
-The real tokens of the B padded rows are concatenated into one sequence [1, N] (N real tokens)
-whose position ids restart at 0 on every row, and the model is called without an attention
-mask. transformers (``masking_utils.find_packed_sequence_indices``) reads the rows back from
-those position ids and gives SDPA and eager attention a block-diagonal causal mask, so no token
-attends across rows; flash-attention's varlen kernels take the same boundaries on a GPU. A
-model whose attention ignores them is refused at build (:func:`check_packing` runs two copies
-of one row packed and compares them).
+The real tokens of the B padded rows are laid end to end in K bins of the longest row's
+length (first-fit, longest rows first: [K, L] with K <= B and little left over), with position
+ids that restart at 0 on every row, and the model is called without an attention mask.
+transformers (``masking_utils.find_packed_sequence_indices``) reads the rows back from those
+position ids and gives SDPA and eager attention a block-diagonal causal mask, so no token
+attends across rows; flash-attention's varlen kernels take the same boundaries on a GPU. The
+end of a bin that no row fills holds token 0 numbered as a row of its own, after every real
+token of the bin, so causal attention shows it to none of them. Bins as long as the longest
+row, not one sequence of all N real tokens: SDPA and eager attention compute the whole mask,
+so one [1, N] sequence would cost N^2 per head where the bins cost K L^2 (measured:
+bench/packing.py). A model whose attention ignores the position ids is refused at build
+(:func:`check_packing` packs two copies of one row and compares them).
 
 The method's collate and loss stay as they are: each forward kind reads only the packed
-positions its outputs need (TRL's ``logits_to_keep``: the LM head runs there alone) and scatters
-them back into the padded layout, with zeros at positions the padded path fills with values no
+positions its outputs need (HF's ``logits_to_keep``: the LM head runs there alone) and
+scatters them back into the padded layout, with zeros where the padded path holds values no
 loss counts (pad tokens, pad states).
 """
 
@@ -34,34 +39,70 @@ def _get(batch: Any, key: str, default: Any = None) -> Any:
 
 @dataclass
 class PackedRows:
-    """Where each real token of a padded (B, T) batch sits in the packed sequence [1, N]."""
+    """Where each token of a padded (B, T) batch sits among the K x L packed positions."""
 
     real: torch.Tensor  # (B, T) bool
-    index: torch.Tensor  # (B, T) its packed position; a pad gets the one of a real token before it (or 0)
-    position_ids: torch.Tensor  # (1, N), 0 at each row's first real token
+    index: torch.Tensor  # (B, T) flat packed position (a pad: the next real token's, or its row's start)
+    position_ids: torch.Tensor  # (K, L), 0 at each row's first token
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.position_ids.shape)
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, ...) -> (1, N, ...): the rows' real positions, row after row."""
-        return x[self.real].unsqueeze(0)
+        """(B, T, ...) -> (K, L, ...): each row's real positions, zeros where no row is."""
+        out = x.new_zeros((self.position_ids.numel(), *x.shape[2:]))
+        out[self.index[self.real]] = x[self.real]
+        return out.view(*self.shape, *x.shape[2:])
+
+    def keep(self, at: torch.Tensor) -> torch.Tensor:
+        """(K, L) bool: the packed positions of the padded positions ``at`` (B, T) bool."""
+        keep = torch.zeros(self.position_ids.numel(), dtype=torch.bool, device=at.device)
+        keep[self.index[at]] = True
+        return keep.view(self.shape)
 
     def unpack(self, x: torch.Tensor, at: torch.Tensor | None = None) -> torch.Tensor:
-        """(1, M, ...) values at the positions ``at`` (B, T) bool (default: every real one) ->
-        (B, T, ...) with zeros elsewhere."""
+        """(K, L, ...) packed values -> (B, T, ...) at ``at`` (B, T) bool (default: the real
+        positions), zeros elsewhere."""
         at = self.real if at is None else at
-        out = x.new_zeros((*at.shape, *x.shape[2:]))
-        out[at] = x[0]
+        return self._scatter(x.reshape(-1, *x.shape[2:])[self.index[at]], at)
+
+    def unkeep(self, x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        """(M, ...) values at ``self.keep(at)`` (in its order) -> (B, T, ...), zeros off ``at``."""
+        rank = self.keep(at).flatten().long().cumsum(0) - 1  # flat position -> its place among the kept
+        return self._scatter(x[rank[self.index[at]]], at)
+
+    def _scatter(self, values: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        out = values.new_zeros((*at.shape, *values.shape[1:]))
+        out[at] = values
         return out
 
     def columns(self, ixs: torch.Tensor) -> torch.Tensor:
-        """(B, K) padded columns -> (B, K) packed positions."""
+        """(B, K') padded columns -> (B, K') flat packed positions."""
         return self.index.gather(1, ixs)
 
 
 def pack_rows(attention_mask: torch.Tensor) -> PackedRows:
+    """Bins of the longest row's length, filled first-fit with the longest rows first."""
     real = attention_mask.bool()  # (B, T)
-    positions = attention_mask.long().cumsum(-1) - 1  # (B, T) positions follow the real tokens
-    index = (real.flatten().long().cumsum(0) - 1).clamp(min=0).view(real.shape)
-    return PackedRows(real, index, positions[real].unsqueeze(0))
+    lengths = real.sum(-1).tolist()
+    width = max(max(lengths, default=1), 1)
+    room: list[int] = []
+    offsets = [0] * len(lengths)
+    for b in sorted(range(len(lengths)), key=lambda b: -lengths[b]):
+        k = next((k for k, r in enumerate(room) if r >= lengths[b]), len(room))
+        if k == len(room):
+            room.append(width)
+        offsets[b] = k * width + width - room[k]
+        room[k] -= lengths[b]
+    within = real.long().cumsum(-1) - 1  # (B, T) each real token's position in its row
+    index = torch.tensor(offsets, device=real.device).unsqueeze(1) + within.clamp(min=0)  # (B, T)
+    # a bin's unused end numbered as a row of its own (0, 1, ...): it starts a new block
+    columns = torch.arange(width, device=real.device)
+    used = torch.tensor([width - r for r in room], device=real.device).unsqueeze(1)  # (K, 1)
+    position_ids = (columns - used).where(columns >= used, columns).flatten()  # (K L,)
+    position_ids[index[real]] = within[real]
+    return PackedRows(real, index, position_ids.view(len(room), width))
 
 
 def _lm(model: torch.nn.Module) -> torch.nn.Module:
@@ -83,22 +124,26 @@ def check_packing(model: torch.nn.Module, *, seq2seq: bool, virtual_tokens: int)
     lm = _lm(model)
     vocab = lm.get_input_embeddings().weight.shape[0]
     device = next(lm.parameters()).device
-    row = torch.arange(3, 3 + PROBE_TOKENS, device=device) % vocab
-    positions = torch.arange(PROBE_TOKENS, device=device)
+    P = PROBE_TOKENS
+    row, positions = torch.arange(3, 3 + P, device=device) % vocab, torch.arange(P, device=device)
+    # two bins of 2P: the row twice; the row and an unused end (token 0, numbered as a row of its own)
+    ids = torch.stack([torch.cat([row, row]), torch.cat([row, torch.zeros_like(row)])])  # (2, 2P)
+    position_ids = torch.cat([positions, positions]).expand(2, -1)
+    keep = torch.ones(2, 2 * P, dtype=torch.bool, device=device)
     name = type(lm).__name__
     was_training = [(m, m.training) for m in lm.modules()]
     lm.eval()
     try:
-        logits = lm(input_ids=torch.cat([row, row]).unsqueeze(0), position_ids=torch.cat([positions, positions]).unsqueeze(0),
-                    use_cache=False, logits_to_keep=torch.arange(2 * PROBE_TOKENS, device=device)).logits[0].float()
-    except TypeError as exc:  # (2 x PROBE_TOKENS, V) above
+        logits = lm(input_ids=ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep).logits.float()
+    except TypeError as exc:
         raise ConfigError(f"train.packing: {name} does not take position_ids and logits_to_keep ({exc}); "
                           f"set train.packing: false") from None
     finally:
         for m, flag in was_training:
             m.training = flag
-    first, second = logits[:PROBE_TOKENS], logits[PROBE_TOKENS:]
-    if not torch.allclose(first, second, atol=1e-3 * (1 + first.abs().max().item())):
+    logits = logits.view(4, P, -1)  # the kept positions in order: the four P-token runs
+    first = logits[0]
+    if not all(torch.allclose(first, other, atol=1e-3 * (1 + first.abs().max().item())) for other in logits[1:3]):
         attn = getattr(getattr(lm, "config", None), "_attn_implementation", None)
         raise ConfigError(f"train.packing: {name} (attention {attn}) lets packed rows attend to each other "
                           f"(its attention does not read rows from position ids); set train.packing: false")
@@ -111,12 +156,11 @@ def packed_tokens_forward(model, batch) -> dict[str, Any]:
     p = pack_rows(batch["attention_mask"])
     next_labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T): the label position t predicts
     counted = p.real & (next_labels != IGNORE_INDEX)  # (B, T)
-    keep = p.index[counted]  # (M,)
+    keep = p.keep(counted)  # (K, L)
     logits = model(input_ids=p.pack(batch["input_ids"]), position_ids=p.position_ids, use_cache=False,
-                   logits_to_keep=keep).logits  # (1, M, V)
-    nll = F.cross_entropy(logits[0].float(), next_labels[counted], reduction="none")  # (M,)
-    logprobs = p.unpack(-nll.unsqueeze(0), at=counted)[:, :-1]  # (B, T - 1)
-    return {"logprobs": logprobs, "mask": counted[:, :-1].float()}
+                   logits_to_keep=keep).logits  # (M, V)
+    nll = F.cross_entropy(logits.float(), p.pack(next_labels)[keep], reduction="none")  # (M,)
+    return {"logprobs": p.unkeep(-nll, counted)[:, :-1], "mask": counted[:, :-1].float()}  # (B, T - 1)
 
 
 def packed_response_forward(model, unwrapped, batch) -> dict[str, Any]:
@@ -125,34 +169,36 @@ def packed_response_forward(model, unwrapped, batch) -> dict[str, Any]:
     token j); with a kept ``trunk``, its real rows stand in for the frozen trunk."""
     query, response, mask = _get(batch, "query_tensors"), _get(batch, "response_tensors"), _get(batch, "attention_mask")
     Q, R = query.shape[1], response.shape[1]
-    ids = torch.cat([query, response], dim=1)  # (B, Q + R)
+    ids = torch.cat([query, response], dim=1)  # (B, T = Q + R)
     p = pack_rows(mask)
-    states = p.real[:, Q - 1 : Q + R - 1]  # (B, R): the position before response token j is real
-    keep = p.index[:, Q - 1 : Q + R - 1][states]  # (M,)
+    states = torch.zeros_like(p.real)
+    states[:, Q - 1 : Q + R - 1] = p.real[:, Q - 1 : Q + R - 1]  # (B, T): the real positions before a response token
+    keep = p.keep(states)  # (K, L)
     inputs = {"input_ids": p.pack(ids), "position_ids": p.position_ids}
     if hasattr(unwrapped, "score_rollout"):  # rlkit's policy: heads on the LM's last hidden state
         trunk = _get(batch, "trunk")
         if trunk is not None:
             inputs["trunk_hidden"] = p.pack(trunk)
         out = model(**inputs, keep=keep)
-        logits, values = out.logits, out.values  # (1, M, V), (1, M) or None
+        logits, values = out.logits, out.values  # (M, V), (M,) or None
     else:
         logits, values = model(**inputs, use_cache=False, logits_to_keep=keep).logits, None
-    result = {"logprobs": p.unpack(logprobs_of_labels(logits, response[states].unsqueeze(0)).float(), at=states)}
+    next_ids = p.pack(F.pad(ids[:, 1:], (0, 1)))[keep]  # (M,) the token each kept position predicts
+    result = {"logprobs": p.unkeep(logprobs_of_labels(logits, next_ids), states)[:, Q - 1 : Q + R - 1]}
     if values is not None:
-        result["values"] = p.unpack(values.float(), at=states)
+        result["values"] = p.unkeep(values.float(), states)[:, Q - 1 : Q + R - 1]
     return result
 
 
 def packed_ilql_forward(model, batch) -> dict[str, Any]:
-    """The ``"ilql"`` kind packed: the heads read the packed states and actions, and the outputs
-    come back as (B, A, V), (B, S, 1)."""
+    """The ``"ilql"`` kind packed: the heads read the states and actions at their flat packed
+    positions, and the outputs come back as (B, A, V), (B, S, 1)."""
     p = pack_rows(_get(batch, "attention_mask"))
     states_ixs, actions_ixs = p.columns(_get(batch, "states_ixs")), p.columns(_get(batch, "actions_ixs"))  # (B, S), (B, A)
     B, S = states_ixs.shape
     A = actions_ixs.shape[1]
     out = model(input_ids=p.pack(_get(batch, "input_ids")), position_ids=p.position_ids,
-                states_ixs=states_ixs.view(1, -1), actions_ixs=actions_ixs.view(1, -1))
-    return {"action_logits": out.logits[0, actions_ixs],  # (B, A, V)
+                states_ixs=states_ixs.view(1, -1), actions_ixs=actions_ixs.view(1, -1), flat_ixs=True)
+    return {"action_logits": out.logits.flatten(0, 1)[actions_ixs],  # (B, A, V)
             "qs": tuple(q.view(B, A, -1) for q in out.qs), "target_qs": tuple(q.view(B, A, -1) for q in out.target_qs),
             "vs": out.vs.view(B, S, -1)}

@@ -154,7 +154,10 @@ class CausalLMWithILQLHeads(nn.Module):
         states_ixs: torch.Tensor | None = None,
         actions_ixs: torch.Tensor | None = None,
         use_cache: bool = False,
+        flat_ixs: bool = False,
     ) -> ILQLOutput:
+        """``flat_ixs``: ``states_ixs`` and ``actions_ixs`` (1, I) index the flattened positions
+        of all rows (packed rows: packing.py) rather than each row's own."""
         if position_ids is None and attention_mask is not None and past_key_values is None:
             position_ids = position_ids_from_mask(attention_mask)
         with capture_head_input(self.layout.lm_head) as captured:
@@ -165,7 +168,10 @@ class CausalLMWithILQLHeads(nn.Module):
                 **{CACHE_FIELD: past_key_values},
                 use_cache=use_cache,
             )
-        qs, target_qs, vs = self.ilql_heads(captured["hidden"], states_ixs, actions_ixs)
+        hidden = captured["hidden"]  # [B, T, H]
+        if flat_ixs:
+            hidden = hidden.reshape(1, -1, hidden.shape[-1])  # [1, B T, H]
+        qs, target_qs, vs = self.ilql_heads(hidden, states_ixs, actions_ixs)
         return ILQLOutput(out.logits, qs, target_qs, vs, output_cache(out) if use_cache else None)
 
     def _decode_forward(self, input_ids, attention_mask, position_ids, past_key_values) -> ILQLOutput:

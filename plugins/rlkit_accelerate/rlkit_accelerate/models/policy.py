@@ -201,7 +201,7 @@ class CausalLMWithValueHead(nn.Module):
         left-padded prompts and the outputs cover the response only: logits [B, R, V]
         predicting each response token and values [B, R] of the states before them;
         ``trunk_hidden`` (see ``caches_trunk``) replaces running the frozen trunk. Without
-        them, ``keep`` [K] limits the heads to those positions (packed rows: packing.py)."""
+        them, a mask ``keep`` [B, T] limits the heads to its positions (packed rows: packing.py)."""
         if response_ids is not None:
             groups = None if return_hidden or trunk_hidden is not None else self._groups_to_share(input_ids, attention_mask, response_mask)
             if groups is not None:
@@ -391,11 +391,11 @@ def _join(query, query_mask, response, response_mask) -> tuple[torch.Tensor, tor
 
 
 def _last(x: torch.Tensor, keep: int | torch.Tensor | None) -> torch.Tensor:
-    """The last ``keep`` positions of [B, T, ...], or those at the indices ``keep`` [K]
-    (all of them for None)."""
+    """The last ``keep`` positions of [B, T, ...], or [M, ...] where the mask ``keep`` [B, T]
+    is True (packed rows), or all of them for None."""
     if keep is None:
         return x
-    return x[:, keep] if isinstance(keep, torch.Tensor) else x[:, -keep:]
+    return x[keep] if isinstance(keep, torch.Tensor) else x[:, -keep:]
 
 
 def _response_part(out: PolicyOutput, R: int) -> PolicyOutput:
