@@ -120,7 +120,7 @@ def precision(name: str):
 
 def first_loss(trainer, items, packing: bool, dtype: str) -> tuple[float, int]:
     """The loss of one micro-batch of ``items`` and the bytes its forward saved, at the current
-    weights (backward run and the gradients dropped: nothing moves)."""
+    weights, without dropout (backward run and the gradients dropped: nothing moves)."""
     engine = trainer.engine
     engine.packing = packing
     from rlkit_methods.engine_kit import to_device
@@ -131,10 +131,13 @@ def first_loss(trainer, items, packing: bool, dtype: str) -> tuple[float, int]:
         with precision(dtype):
             return trainer.loss(engine._forward(trainer.forward_kind, engine.model, batch, (), train=True), batch)[0]
 
-    loss, nbytes = saved_bytes(forward)
+    from rlkit_accelerate.models.blocks import eval_mode
+
+    with eval_mode(engine.model):  # no dropout: every mode sees the same network
+        loss, nbytes = saved_bytes(forward)
     loss.backward()
     engine.model.zero_grad(set_to_none=True)
-    return float(loss), nbytes
+    return float(loss.detach()), nbytes
 
 
 def rotate(modes: tuple, round_index: int) -> list:

@@ -171,10 +171,11 @@ class AccelerateEngine:
         return hf_named_weights(self, trainable_only=trainable_only)
 
     def _forward(self, kind: str, model, batch, want: Sequence[str], *, train: bool) -> dict[str, Any]:
-        if train and self.packing:  # the rows of a micro-batch as one padding-free sequence
-            if kind == "response":
-                return packed_response_forward(model, self.unwrapped_model, batch)
-            return packed_tokens_forward(model, batch) if kind == "tokens" else packed_ilql_forward(model, batch)
+        if train and self.packing:  # the rows of a micro-batch packed, padding-free (packing.py)
+            with no_padding_warning(self.unwrapped_model):  # no mask by design: the position ids part the rows
+                if kind == "response":
+                    return packed_response_forward(model, self.unwrapped_model, batch)
+                return packed_tokens_forward(model, batch) if kind == "tokens" else packed_ilql_forward(model, batch)
         if kind == "response":
             return response_forward(model, self.unwrapped_model, batch, want, train=train)
         if kind == "tokens":
