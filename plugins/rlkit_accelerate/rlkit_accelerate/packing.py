@@ -42,7 +42,7 @@ class PackedRows:
     """Where each token of a padded (B, T) batch sits among the K x L packed positions."""
 
     real: torch.Tensor  # (B, T) bool
-    index: torch.Tensor  # (B, T) flat packed position (a pad: the next real token's, or its row's start)
+    index: torch.Tensor  # (B, T) flat packed position (a pad: its row's first or last real token's)
     position_ids: torch.Tensor  # (K, L), 0 at each row's first token
 
     @property
@@ -97,6 +97,7 @@ def pack_rows(attention_mask: torch.Tensor) -> PackedRows:
         room[k] -= lengths[b]
     within = real.long().cumsum(-1) - 1  # (B, T) each real token's position in its row
     index = torch.tensor(offsets, device=real.device).unsqueeze(1) + within.clamp(min=0)  # (B, T)
+    index = index.clamp(max=len(room) * width - 1)  # a row of padding alone points at a real place too
     # a bin's unused end numbered as a row of its own (0, 1, ...): it starts a new block
     columns = torch.arange(width, device=real.device)
     used = torch.tensor([width - r for r in room], device=real.device).unsqueeze(1)  # (K, 1)
