@@ -188,3 +188,19 @@ def test_a_model_that_attends_across_rows_is_refused(tmp_path, monkeypatch):
     config = make(walks_setup, "sft", "llama", "right", tmp_path)
     with pytest.raises(ConfigError, match=r"^train\.packing: LlamaForCausalLM \(attention sdpa\) lets packed rows attend"):
         AccelerateSFTTrainer(config)
+
+
+LORA = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+
+
+@pytest.mark.parametrize("method", ["sft", "ppo"])
+def test_lora_packed_equals_padded(method, tmp_path):
+    config = make(walks_setup, method, "llama", "left", tmp_path, model=dict(peft_config=LORA))
+    if method == "sft":
+        trainer = AccelerateSFTTrainer(config)
+        trainer.make_experience(SAMPLES, 48)
+        items = [trainer.store[i] for i in range(len(SAMPLES))]
+    else:
+        trainer = AcceleratePPOTrainer(config, reward_fn=walks_setup.reward_fn)
+        items = rollouts(trainer)
+    assert_same_step(trainer, items)
