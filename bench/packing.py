@@ -151,10 +151,11 @@ def run_case(trainer, rounds: int, steps: int) -> dict[str, Any]:
     import torch
 
     engine = trainer.engine
-    if not getattr(engine, "packing", False):
-        from rlkit_accelerate.packing import check_packing
+    if not getattr(engine, "packing", False):  # built padded: what building with train.packing does
+        from rlkit_accelerate.packing import attention_cost, check_packing
 
         check_packing(engine.unwrapped_model, seq2seq=engine.is_seq2seq, virtual_tokens=engine.virtual_tokens)
+        engine.attention_cost = attention_cost(engine.unwrapped_model)
     batches = trainer.train_batches(0, 0)
     if len(batches) < steps:
         raise SystemExit(f"packing bench: {len(batches)} batches in a pass; lower --steps")

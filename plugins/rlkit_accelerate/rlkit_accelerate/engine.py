@@ -33,7 +33,13 @@ from rlkit_accelerate.models.adapters import save_base_model, virtual_tokens
 from rlkit_accelerate.models.blocks import eval_mode
 from rlkit_accelerate.models.shared_prompts import generate_sharing_prompts
 from rlkit_accelerate.optim import make_optimizer, make_scheduler
-from rlkit_accelerate.packing import check_packing, packed_ilql_forward, packed_response_forward, packed_tokens_forward
+from rlkit_accelerate.packing import (
+    attention_cost,
+    check_packing,
+    packed_ilql_forward,
+    packed_response_forward,
+    packed_tokens_forward,
+)
 from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly, no_padding_warning
 from rlkit_accelerate.sharding import (
     configure_deepspeed,
@@ -83,7 +89,7 @@ class AccelerateEngine:
         self.model = self.opt = self.scheduler = None
         self._unwrapped = None  # (wrapper, unwrapped model)
         self.virtual_tokens = 0
-        self.packing = False
+        self.packing, self.attention_cost = False, None
 
     # --- facts -------------------------------------------------------------------------------
 
@@ -124,6 +130,7 @@ class AccelerateEngine:
         self.packing = config.train.packing
         if self.packing:
             check_packing(model, seq2seq=self.is_seq2seq, virtual_tokens=self.virtual_tokens)
+            self.attention_cost = attention_cost(model)  # sizes the bins rows are packed into
         self.opt = make_optimizer(config.optimizer.name, config.optimizer.kwargs, model.parameters())
         self.scheduler = make_scheduler(config.scheduler.name, config.scheduler.kwargs, self.opt, config.train.total_steps)
         configure_deepspeed(self.accelerator, *self.batch_sizes(), config.train.max_grad_norm)
@@ -173,9 +180,10 @@ class AccelerateEngine:
     def _forward(self, kind: str, model, batch, want: Sequence[str], *, train: bool) -> dict[str, Any]:
         if train and self.packing:  # the rows of a micro-batch packed, padding-free (packing.py)
             with no_padding_warning(self.unwrapped_model):  # no mask by design: the position ids part the rows
+                cost = self.attention_cost
                 if kind == "response":
-                    return packed_response_forward(model, self.unwrapped_model, batch)
-                return packed_tokens_forward(model, batch) if kind == "tokens" else packed_ilql_forward(model, batch)
+                    return packed_response_forward(model, self.unwrapped_model, batch, cost)
+                return packed_tokens_forward(model, batch, cost) if kind == "tokens" else packed_ilql_forward(model, batch, cost)
         if kind == "response":
             return response_forward(model, self.unwrapped_model, batch, want, train=train)
         if kind == "tokens":

@@ -1,17 +1,18 @@
 """Padding-free training forwards (``train.packing``): a micro-batch's rows packed into bins.
 
-The real tokens of the B padded rows are laid end to end in K bins of the longest row's
-length (first-fit, longest rows first: [K, L] with K <= B and little left over), with position
-ids that restart at 0 on every row, and the model is called without an attention mask.
-transformers (``masking_utils.find_packed_sequence_indices``) reads the rows back from those
-position ids and gives SDPA and eager attention a block-diagonal causal mask, so no token
-attends across rows; flash-attention's varlen kernels take the same boundaries on a GPU. The
-end of a bin that no row fills holds token 0 numbered as a row of its own, after every real
-token of the bin, so causal attention shows it to none of them. Bins as long as the longest
-row, not one sequence of all N real tokens: SDPA and eager attention compute the whole mask,
-so one [1, N] sequence would cost N^2 per head where the bins cost K L^2 (measured:
-bench/packing.py). A model whose attention ignores the position ids is refused at build
-(:func:`check_packing` packs two copies of one row and compares them).
+The real tokens of the B padded rows are laid end to end in K bins of width W (first-fit,
+longest rows first: [K, W]), with position ids that restart at 0 on every row, and the model
+is called without an attention mask. transformers (``masking_utils.find_packed_sequence_indices``)
+reads the rows back from those position ids and gives SDPA and eager attention a
+block-diagonal causal mask, so no token attends across rows; flash-attention's varlen kernels
+take the same boundaries on a GPU. The end of a bin that no row fills holds token 0 numbered as
+a row of its own, after every real token of the bin, so causal attention shows it to none of
+them. W is the longest row's length or a multiple of it, whichever costs least by an estimate
+of the model's work (:func:`bin_width`): SDPA and eager attention compute the whole W x W mask,
+so one sequence of all N real tokens costs N^2 per head (on the randomwalks batches, 100 rows
+of 11, that ran at half the padded speed: bench/packing.py), while bins of the longest row
+cannot pair rows near the longest. A model whose attention ignores the position ids is refused
+at build (:func:`check_packing` packs two copies of one row and compares them).
 
 The method's collate and loss stay as they are: each forward kind reads only the packed
 positions its outputs need (HF's ``logits_to_keep``: the LM head runs there alone) and
@@ -82,11 +83,9 @@ class PackedRows:
         return self.index.gather(1, ixs)
 
 
-def pack_rows(attention_mask: torch.Tensor) -> PackedRows:
-    """Bins of the longest row's length, filled first-fit with the longest rows first."""
-    real = attention_mask.bool()  # (B, T)
-    lengths = real.sum(-1).tolist()
-    width = max(max(lengths, default=1), 1)
+def first_fit(lengths: list[int], width: int) -> tuple[list[int], list[int]]:
+    """Rows into bins of ``width``, longest first, each into the first bin with room: each
+    row's flat offset, and the room left in each bin."""
     room: list[int] = []
     offsets = [0] * len(lengths)
     for b in sorted(range(len(lengths)), key=lambda b: -lengths[b]):
@@ -95,15 +94,47 @@ def pack_rows(attention_mask: torch.Tensor) -> PackedRows:
             room.append(width)
         offsets[b] = k * width + width - room[k]
         room[k] -= lengths[b]
+    return offsets, room
+
+
+def bin_width(lengths: list[int], attention_cost: float | None) -> int:
+    """The bins' width: the longest row's, or (given ``attention_cost``, the cost of one
+    query-key pair against one token's other work, about 1 / (6 hidden size)) the width of least
+    estimated cost K (W + attention_cost W^2) among the longest row's times 2^i and one bin of all
+    rows: wider bins waste less at their ends but SDPA computes their whole W x W mask."""
+    longest, total = max(max(lengths, default=1), 1), max(sum(lengths), 1)
+    if attention_cost is None or total <= longest:
+        return longest
+    candidates = {longest: len(first_fit(lengths, longest)[1])}
+    width = 2 * longest
+    while width < total:
+        candidates[width] = -(-total // width)  # rows of at most half a bin leave little room unused
+        width *= 2
+    candidates[total] = 1
+    return min(candidates, key=lambda w: candidates[w] * (w + attention_cost * w * w))
+
+
+def pack_rows(attention_mask: torch.Tensor, attention_cost: float | None = None) -> PackedRows:
+    """Rows in bins (:func:`bin_width`) filled first-fit with the longest rows first."""
+    real = attention_mask.bool()  # (B, T)
+    lengths = real.sum(-1).tolist()
+    width = bin_width(lengths, attention_cost)
+    offsets, room = first_fit(lengths, width)
     within = real.long().cumsum(-1) - 1  # (B, T) each real token's position in its row
     index = torch.tensor(offsets, device=real.device).unsqueeze(1) + within.clamp(min=0)  # (B, T)
     index = index.clamp(max=len(room) * width - 1)  # a row of padding alone points at a real place too
     # a bin's unused end numbered as a row of its own (0, 1, ...): it starts a new block
     columns = torch.arange(width, device=real.device)
     used = torch.tensor([width - r for r in room], device=real.device).unsqueeze(1)  # (K, 1)
-    position_ids = (columns - used).where(columns >= used, columns).flatten()  # (K L,)
+    position_ids = (columns - used).where(columns >= used, columns).flatten()  # (K W,)
     position_ids[index[real]] = within[real]
     return PackedRows(real, index, position_ids.view(len(room), width))
+
+
+def attention_cost(model: torch.nn.Module) -> float:
+    """One query-key pair's cost against one token's other work in ``model``'s blocks: 4 H
+    flops per pair (scores and values) over about 24 H^2 per token (projections and MLP)."""
+    return 1.0 / (6 * _lm(model).get_output_embeddings().weight.shape[-1])
 
 
 def _lm(model: torch.nn.Module) -> torch.nn.Module:
@@ -150,11 +181,11 @@ def check_packing(model: torch.nn.Module, *, seq2seq: bool, virtual_tokens: int)
                           f"(its attention does not read rows from position ids); set train.packing: false")
 
 
-def packed_tokens_forward(model, batch) -> dict[str, Any]:
+def packed_tokens_forward(model, batch, attention_cost: float | None = None) -> dict[str, Any]:
     """The ``"tokens"`` kind packed: log p of each counted label (B, T - 1) and its mask; the LM
     head runs only at the positions whose next label counts."""
     labels = batch["labels"]  # (B, T)
-    p = pack_rows(batch["attention_mask"])
+    p = pack_rows(batch["attention_mask"], attention_cost)
     next_labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T): the label position t predicts
     counted = p.real & (next_labels != IGNORE_INDEX)  # (B, T)
     keep = p.keep(counted)  # (K, L)
@@ -164,14 +195,14 @@ def packed_tokens_forward(model, batch) -> dict[str, Any]:
     return {"logprobs": p.unkeep(-nll, counted)[:, :-1], "mask": counted[:, :-1].float()}  # (B, T - 1)
 
 
-def packed_response_forward(model, unwrapped, batch) -> dict[str, Any]:
+def packed_response_forward(model, unwrapped, batch, attention_cost: float | None = None) -> dict[str, Any]:
     """The ``"response"`` kind packed: log-probs (and values, with a value head) (B, R) of each
     response token, read at the real positions before them (column Q - 1 + j predicts response
     token j); with a kept ``trunk``, its real rows stand in for the frozen trunk."""
     query, response, mask = _get(batch, "query_tensors"), _get(batch, "response_tensors"), _get(batch, "attention_mask")
     Q, R = query.shape[1], response.shape[1]
     ids = torch.cat([query, response], dim=1)  # (B, T = Q + R)
-    p = pack_rows(mask)
+    p = pack_rows(mask, attention_cost)
     states = torch.zeros_like(p.real)
     states[:, Q - 1 : Q + R - 1] = p.real[:, Q - 1 : Q + R - 1]  # (B, T): the real positions before a response token
     keep = p.keep(states)  # (K, L)
@@ -191,10 +222,10 @@ def packed_response_forward(model, unwrapped, batch) -> dict[str, Any]:
     return result
 
 
-def packed_ilql_forward(model, batch) -> dict[str, Any]:
+def packed_ilql_forward(model, batch, attention_cost: float | None = None) -> dict[str, Any]:
     """The ``"ilql"`` kind packed: the heads read the states and actions at their flat packed
     positions, and the outputs come back as (B, A, V), (B, S, 1)."""
-    p = pack_rows(_get(batch, "attention_mask"))
+    p = pack_rows(_get(batch, "attention_mask"), attention_cost)
     states_ixs, actions_ixs = p.columns(_get(batch, "states_ixs")), p.columns(_get(batch, "actions_ixs"))  # (B, S), (B, A)
     B, S = states_ixs.shape
     A = actions_ixs.shape[1]

@@ -18,7 +18,7 @@ import walks_setup
 from rlkit_core.errors import ConfigError
 from rlkit_methods.data.prompts import PromptPipeline
 from rlkit_methods.engine_kit import to_device
-from rlkit_accelerate.packing import pack_rows
+from rlkit_accelerate.packing import bin_width, pack_rows
 from rlkit_accelerate.trainers import (
     AccelerateDPOTrainer,
     AccelerateGRPOTrainer,
@@ -163,6 +163,18 @@ def test_rows_are_packed_into_bins_of_the_longest_row():
     at = torch.tensor([[0, 0, 0, 1], [1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0]]).bool()
     assert p.keep(at).flatten().nonzero().flatten().tolist() == [2, 4, 9]
     assert torch.equal(p.unkeep(p.pack(x)[p.keep(at)], at), x * at)
+
+
+def test_bins_widen_where_rows_near_the_longest_leave_padding():
+    # 100 rows of 2-11 tokens, a small model's attention cost: bins of the longest row (11)
+    walks = [2 + i % 10 for i in range(100)]
+    assert bin_width(walks, 1 / (6 * 144)) == 11
+    # three full rows and a short one: bins of 256 cannot pair them; one bin of all 813 can
+    reviews = [256, 256, 256, 45]
+    assert bin_width(reviews, 1 / (6 * 576)) == 813
+    assert bin_width(reviews, None) == 256  # no cost given: the longest row
+    p = pack_rows(torch.tensor([[1] * 256] * 3 + [[1] * 45 + [0] * 211]), 1 / (6 * 576))
+    assert p.shape == (1, 813) and p.position_ids[0, 768:].tolist() == list(range(45))
 
 
 def test_seq2seq_is_refused(tmp_path):
