@@ -168,7 +168,7 @@ def test_rows_are_packed_into_bins_of_the_longest_row():
 def test_bins_widen_where_rows_near_the_longest_leave_padding():
     # 100 rows of 2-11 tokens, a small model's attention cost: bins of the longest row (11)
     walks = [2 + i % 10 for i in range(100)]
-    assert bin_width(walks, 1 / (6 * 144)) == 11
+    assert bin_width(walks, 1 / (6 * 144)) == 11  # bins of 22: estimated 3% cheaper, measured slower
     # three full rows and a short one: bins of 256 cannot pair them; one bin of all 813 can
     reviews = [256, 256, 256, 45]
     assert bin_width(reviews, 1 / (6 * 576)) == 813
