@@ -55,7 +55,7 @@ class TrainConfig:
     minibatch_size: Optional[int] = attrs.field(default=None, validator=positive)
     # rlkit: fill each micro-batch up to this many real tokens instead of minibatch_size rows
     minibatch_tokens: Optional[int] = attrs.field(default=None, validator=attrs.validators.optional(positive))
-    # rlkit: padding-free training forwards: a micro-batch's rows as one sequence (accelerate engine)
+    # rlkit: padding-free training forwards: a micro-batch's rows packed, each with its own positions
     packing: bool = False
     # rlkit additions
     backend: Optional[str] = None  # checked against the backend of ``trainer`` when set
