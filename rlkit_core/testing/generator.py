@@ -182,3 +182,35 @@ class SkippedSync:
 
     def __getattr__(self, name: str):
         return getattr(self.generator, name)
+
+
+class RecordingGenerator:
+    """The engine's own generator, recording every update it is offered: pulls
+    ``WeightUpdate.weights()`` (on every rank: it may gather shards) and keeps a copy of each
+    tensor, so a test can compare what a generator with its own weights would have received
+    with the model's. ``updates``: ``(version, full, {name: tensor})`` in order. Use it as
+    ``train.generator: rlkit_core.testing.generator:RecordingGenerator``."""
+
+    def __init__(self, engine: Any):
+        default = getattr(engine, "default_generator", None)
+        from rlkit_core.generator import EngineSampler
+
+        self.generator = default() if default is not None else EngineSampler(engine)
+        self.updates: list[tuple[int, bool, dict[str, Any]]] = []
+
+    def update_weights(self, update: WeightUpdate) -> None:
+        copies = {name: tensor.detach().to("cpu", copy=True) for name, tensor in update.weights()}
+        self.updates.append((update.version, update.full, copies))
+        self.generator.update_weights(update)
+
+    def generate(self, input_ids, attention_mask=None, *, guidance: Any = None, **gen_kwargs) -> Samples:
+        return self.generator.generate(input_ids, attention_mask, guidance=guidance, **gen_kwargs)
+
+    def release(self) -> None:
+        self.generator.release()
+
+    def reclaim(self) -> None:
+        self.generator.reclaim()
+
+    def close(self) -> None:
+        self.generator.close()

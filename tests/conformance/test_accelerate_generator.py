@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlkit_core.testing.engine import check_stop_sequences
+from rlkit_core.testing.engine import check_stop_sequences, read_records
 from rlkit_core.testing.generator import (
     HFCopyGenerator,
     SkippedSync,
@@ -135,6 +135,19 @@ def test_the_loop_samples_through_the_configured_generator_and_syncs_it(tmp_path
     assert trainer.generator.calls >= 4, trainer.generator.calls
     check_generator_logprobs(trainer, PROMPTS)  # the weights first: a missed sync fails here
     assert trainer.generator.version == 3
+    # every step logs its sync's time (weights gathered and copied here) and the run's sum
+    steps = [r for r in read_records(tmp_path) if r["kind"] == "train"]
+    assert [r["step"] for r in steps] == [1, 2, 3], steps
+    times = [r["generator/sync_s"] for r in steps]
+    sums = [r["generator/sync_s_sum"] for r in steps]
+    assert all(t > 0 for t in times) and sums[-1] == pytest.approx(trainer.sync_seconds), (times, sums)
+    assert sums[0] > times[0] and all(b - a == pytest.approx(t) for a, b, t in zip(sums, sums[1:], times[1:]))
+
+
+def test_the_default_generators_sync_time_is_logged_too(tmp_path):
+    run("sft", tmp_path, overrides=dict(train=dict(total_steps=2)))
+    steps = [r for r in read_records(tmp_path) if r["kind"] == "train"]
+    assert len(steps) == 2 and all(0 <= r["generator/sync_s"] < 0.1 for r in steps), steps
 
 
 def test_an_unknown_generator_is_a_config_error(tmp_path):

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
 SCRIPT = Path(__file__).with_name("deepspeed_walks.py")
 
 
-def run(method, out, zero_stage=None, init_flag=False):
+def run(method, out, zero_stage=None, init_flag=False, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_")}
     env["OMP_NUM_THREADS"] = "1"
     if zero_stage is not None:  # what `accelerate launch --config_file examples/accelerate/zeroN.yaml` sets
@@ -35,7 +35,7 @@ def run(method, out, zero_stage=None, init_flag=False):
             "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
         }))
         env["ACCELERATE_DEEPSPEED_CONFIG_FILE"] = str(config_file)
-    result = subprocess.run([sys.executable, str(SCRIPT), method, str(out)], capture_output=True, text=True, timeout=600, env=env)
+    result = subprocess.run([sys.executable, str(SCRIPT), method, str(out), *args], capture_output=True, text=True, timeout=600, env=env)
     return result
 
 
@@ -77,6 +77,26 @@ def test_ppo_under_zero3_generates_and_exports(tmp_path):
 
     saved = load_file(export / "model.safetensors")
     assert saved and all(torch.equal(v.float(), weights[f"base_model.{k}"]) for k, v in saved.items())
+
+
+def test_zero3_weight_updates_hold_the_whole_gathered_weights(tmp_path):
+    """What a generator with its own weights (vLLM) receives under ZeRO-3, where each parameter
+    is a shard outside a gather: every weight whole at the first sync, then after each step the
+    trainable ones, equal to the trained model's (a generator that records the updates)."""
+    result = run("ppo", tmp_path, 3, False, "recorded")
+    assert result.returncode == 0, result.stderr[-4000:]
+    saved = torch.load(tmp_path / "trained.pt")
+    assert "DEEPSPEED" in saved["engine"] and saved["steps"] == 2
+    updates = saved["updates"]
+    assert [(version, full) for version, full, _ in updates] == [(0, True), (1, False), (2, False)]
+    model = {k.removeprefix("base_model."): v for k, v in saved["weights"].items() if k.startswith("base_model.")}
+    first, last = updates[0][2], updates[-1][2]
+    assert set(first) <= set(model) and set(model) - set(first) <= {"lm_head.weight"}, set(model) ^ set(first)  # tied
+    for name, tensor in first.items():
+        assert tensor.shape == model[name].shape and tensor.numel() > 0, (name, tensor.shape)
+    assert last and set(last) <= set(first)
+    for name, tensor in last.items():
+        assert torch.equal(tensor.float(), model[name]), name
 
 
 def test_zero3_init_flag_is_a_clear_error(tmp_path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -97,6 +98,7 @@ class RLTrainer:
         self.position = (0, 0, 0)  # (epoch, inner epoch, next batch)
         self.best_score = -math.inf
         self.progress_bar = BeforeLearn(self.is_main_process)  # the bar while learn() runs; shows the phase
+        self.sync_seconds = 0.0  # every weight sync's of this process (generator/sync_s_sum)
         self.generator = make_generator(self.engine, train.generator, train.generator_kwargs)
         self.sync_generator(full=True)
 
@@ -185,12 +187,18 @@ class RLTrainer:
         """The generator's ids, log-probs and policy version, ``kwargs`` over ``gen_kwargs``."""
         return self.generator.generate(input_ids, attention_mask, guidance=guidance, **self.generation_kwargs(**kwargs))
 
-    def sync_generator(self, full: bool = False) -> None:
+    def sync_generator(self, full: bool = False) -> dict[str, float]:
         """Offer the generator this step's policy (``full``: every weight, else what the optimizer
-        changes); on every rank after every step and load (rlkit_core/generator.py)."""
+        changes); on every rank after every step and load (rlkit_core/generator.py). Returns its
+        time: ``generator/sync_s`` (this sync: the weights gathered, sent and loaded; ~0 for a
+        generator on the engine's weights) and ``generator/sync_s_sum`` (every sync since start)."""
         engine = self.engine
+        start = time.perf_counter()
         self.generator.update_weights(WeightUpdate(
             version=self.iter_count, full=full, weights=lambda: named_weights(engine, trainable_only=not full)))
+        seconds = time.perf_counter() - start
+        self.sync_seconds += seconds
+        return {"generator/sync_s": seconds, "generator/sync_s_sum": self.sync_seconds}
 
     def release_generator(self) -> None:
         self.generator.release()
@@ -291,7 +299,7 @@ class RLTrainer:
                     self.iter_count += 1
                     stop_if_diverged(self, stats)
                     self.after_optimizer_step()
-                    self.sync_generator()
+                    stats.update(self.sync_generator())
                     self.position = (epoch, inner, b + 1)
                     results = self.after_step(stats)
                     bar.update(self.iter_count, stats)
