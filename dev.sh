@@ -8,7 +8,7 @@
 #                      slow (the ones that start a real training run), in both venvs
 #   ./dev.sh install   install everything, run nothing
 #   ./dev.sh test-nemo install and test only the NeMo venv (below)
-#   ./dev.sh test-vllm install and test only the vLLM venv (below)
+#   ./dev.sh test-vllm install the vLLM venv (and the NeMo venv its tests use), test the vLLM venv
 #
 # Each install step is skipped while nothing it reads has changed (a stamp in the venv; the
 # installs are editable, so source changes need no reinstall): a second `./dev.sh demo`
@@ -175,6 +175,7 @@ case "${1:-}" in
         run_vllm_tests -m "not slow" ;;
     install) install ;;
     test-nemo) shift; install_nemo; run_nemo_tests "$@" ;;
-    test-vllm) shift; install_vllm; run_vllm_tests "$@" ;;
+    # the NeMo venv too: a trainer on NeMo's pins syncs into vLLM in its own process (tests/vllm/nemo)
+    test-vllm) shift; install_vllm; install_nemo; run_vllm_tests "$@" ;;
     *) echo "usage: ./dev.sh demo|test|test-fast|install|test-nemo|test-vllm" >&2; exit 2 ;;
 esac

@@ -1,6 +1,22 @@
-"""tests/vllm needs vLLM and runs in ./.venv-vllm (``./dev.sh test`` runs it there, after the
-NeMo venv's tests). The main venv has no vLLM and collects nothing here."""
+"""tests/vllm needs vLLM and runs in ./.venv-vllm (``./dev.sh test-vllm``); tests/vllm/nemo
+also needs the NeMo venv (the trainer's side). The main venv has no vLLM and collects nothing here."""
 
 from importlib.util import find_spec
 
-collect_ignore = [] if find_spec("vllm") and find_spec("rlkit_vllm") else ["engine"]
+import pytest
+
+collect_ignore = [] if find_spec("vllm") and find_spec("rlkit_vllm") else ["engine", "nemo"]
+
+
+@pytest.fixture(scope="session")
+def nemo_python():
+    """The NeMo venv's interpreter: a trainer-side Python without vLLM (RLKIT_NEMO_VENV, default
+    ./.venv-nemo; ./dev.sh test-vllm builds it)."""
+    import os
+    from pathlib import Path
+
+    repo = Path(__file__).parents[2]
+    venv = Path(os.environ.get("RLKIT_NEMO_VENV", ".venv-nemo"))
+    python = (venv if venv.is_absolute() else repo / venv) / "bin" / "python"
+    assert python.exists(), f"{python} is missing: these tests need the NeMo venv beside this one (./dev.sh test-vllm builds it)"
+    return python

@@ -10,5 +10,6 @@ from rlkit_core import GeneratorSpec, hookimpl
 
 @hookimpl
 def rlkit_register_generators():
-    return [GeneratorSpec("vllm", "rlkit_vllm.generator:VLLMGenerator",
-                          description="vLLM in the trainer's process, synced after every optimizer step")]
+    return [GeneratorSpec("vllm", "rlkit_vllm.generator:vllm_generator",
+                          description="vLLM in the trainer's process or its own (generator_kwargs.placement), "
+                                      "synced after every optimizer step")]
