@@ -11,10 +11,12 @@ collect_ignore = [] if find_spec("vllm") and find_spec("rlkit_vllm") else ["engi
 @pytest.fixture(scope="session")
 def nemo_python():
     """The NeMo venv's interpreter: a trainer-side Python without vLLM (RLKIT_NEMO_VENV, default
-    ./.venv-nemo; ./dev.sh test-vllm builds it)."""
+    ./.venv-nemo; ./dev.sh test and test-vllm build it)."""
     import os
     from pathlib import Path
 
+    if os.environ.get("RLKIT_SKIP_NEMO") == "1":  # dev.sh's switch: no NeMo venv was built
+        pytest.skip("RLKIT_SKIP_NEMO=1: no NeMo venv for the trainer's side")
     repo = Path(__file__).parents[2]
     venv = Path(os.environ.get("RLKIT_NEMO_VENV", ".venv-nemo"))
     python = (venv if venv.is_absolute() else repo / venv) / "bin" / "python"

@@ -30,7 +30,6 @@ from rlkit_vllm.process import ProcessGenerator  # noqa: E402
 
 pytestmark = pytest.mark.slow  # trains real runs (rlkit_core.testing.lanes)
 PROCESS = dict(placement="process", kv_cache_mb=16)
-REPO = Path(__file__).parents[3]
 
 
 def reset_accelerate():
@@ -170,18 +169,19 @@ def wrapper(tmp_path, python, pythonpath=None) -> str:
     return str(script)
 
 
-def test_vllm_missing_or_unusable_under_the_interpreter_named_is_one_line(trainer, tmp_path, nemo_python):
-    engine = trainer.engine
+def test_vllm_missing_under_the_interpreter_named_is_one_line(trainer, nemo_python):
     with pytest.raises(ConfigError, match="generator_kwargs.python: /no/such/python is not an executable"):
-        ProcessGenerator(engine, python="/no/such/python")
-    without = nemo_python  # the NeMo venv: rlkit, no vLLM
+        ProcessGenerator(trainer.engine, python="/no/such/python")
     with pytest.raises(RlkitError, match=r"vllm needs vLLM, which is not installed; pip install .*\(the generator "
-                                         rf"process runs {without}\)") as caught:
-        ProcessGenerator(engine, python=str(without), kv_cache_mb=16)
+                                         rf"process runs {nemo_python}\)") as caught:
+        ProcessGenerator(trainer.engine, python=str(nemo_python), kv_cache_mb=16)  # the NeMo venv: rlkit, no vLLM
     assert "\n" not in str(caught.value)
+
+
+def test_a_vllm_it_cannot_use_under_the_interpreter_named_is_one_line(trainer, tmp_path):
     old = tmp_path / "old"  # a vLLM without in-place reload: an older release's layout
     (old / "vllm").mkdir(parents=True)
     (old / "vllm" / "__init__.py").write_text("class SamplingParams:\n    pass\n")
     with pytest.raises(RlkitError, match=r"vllm cannot use vllm(-cpu)? [0-9.]+ \(ModuleNotFoundError: No module "
                                          r"named 'vllm.model_executor'\); rlkit-vllm needs in-place weight reload"):
-        ProcessGenerator(engine, python=wrapper(tmp_path, sys.executable, old), kv_cache_mb=16)
+        ProcessGenerator(trainer.engine, python=wrapper(tmp_path, sys.executable, old), kv_cache_mb=16)
