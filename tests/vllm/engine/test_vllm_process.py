@@ -112,6 +112,23 @@ def test_a_load_that_fails_is_one_line_and_the_generator_refuses_to_sample(train
     assert generator.proc.poll() is not None  # closed: the process ended
 
 
+def test_a_process_that_stops_answering_is_stopped_after_timeout_s(trainer):
+    """A hung server (stopped here) does not hang the run: the sync waits timeout_s, kills the
+    process and stops with one line; the generator then refuses to sample."""
+    generator = ProcessGenerator(trainer.engine, kv_cache_mb=16, timeout_s=3)
+    os.kill(generator.proc.pid, signal.SIGSTOP)
+    update = WeightUpdate(version=7, weights=lambda: trainer.engine.named_weights(trainable_only=True))
+    with pytest.raises(RlkitError, match=r"did not answer the sync of step 7 within 3 s "
+                                         r"\(train.generator_kwargs.timeout_s\) and was stopped") as caught:
+        generator.update_weights(update)
+    assert "\n" not in str(caught.value)
+    assert generator.proc.wait(timeout=30) == -signal.SIGKILL
+    batch = trainer.tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    with pytest.raises(RlkitError, match="did not answer the sync of step 7"):
+        generator.generate(batch["input_ids"], batch["attention_mask"], max_new_tokens=2)
+    generator.close()
+
+
 class KillGenerator:
     """Kills the generator's process after a step's checkpoint."""
 
