@@ -73,20 +73,50 @@ class NemoGenerator(SharedWeightsGenerator):
 
 
 def hf_named_weights(engine: Any, *, trainable_only: bool) -> NamedTensors:
-    """(HF name, tensor) of the whole model, the TP/PP shards gathered on every rank (a
-    collective: iterate to the end on every rank), the heads left out. It offers every weight
-    even for ``trainable_only`` (a superset of what changed; sending only the trainable blocks
-    is a later refinement)."""
+    """(HF name, tensor) of the model, the TP/PP shards gathered on every rank (a collective:
+    iterate to the end on every rank), the heads left out. ``trainable_only``: the HF tensors of
+    the blocks with a parameter the optimizer updates, and of the other trained weights (the
+    final norm above a frozen trunk; the embedding, and a head tied to it, only when trained)."""
     if engine.hf_config is None:
         raise RlkitError("named_weights: the model did not come from an HF model (no HF names to give); "
                          "use train.generator: null")
-    return _named(engine)
+    return _named(engine, trainable_only)
 
 
-def _named(engine: Any) -> NamedTensors:
-    from rlkit_nemo.convert import megatron_to_hf
+def _trained(engine: Any) -> tuple[set[int], set[str]]:
+    """The layers (whole-model numbering) with a trainable parameter, and the trainable
+    parameters outside the layers, over every pipeline stage; the heads left out."""
+    import torch.distributed as dist
+
+    from rlkit_nemo.models.sharding import LAYER, _layer_offset, _renumber, _tensors
+
+    offset = _layer_offset(engine.module)
+    names = {_renumber(name, offset) for name, tensor in _tensors(engine.module).items()
+             if isinstance(tensor, torch.nn.Parameter) and tensor.requires_grad and not name.startswith("heads.")}
+    if engine.ps.get_pipeline_model_parallel_world_size() > 1:
+        stages = [None] * engine.ps.get_pipeline_model_parallel_world_size()
+        dist.all_gather_object(stages, names, group=engine.ps.get_pipeline_model_parallel_group())
+        names = set().union(*stages)
+    layers = {int(match.group(2)) for match in map(LAYER.match, names) if match}
+    return layers, {name for name in names if not LAYER.match(name)}
+
+
+def _named(engine: Any, trainable_only: bool) -> NamedTensors:
+    from rlkit_nemo.convert import layer_to_hf, megatron_to_hf, top_to_hf
     from rlkit_nemo.models.sharding import full_state_dict
+    from rlkit_nemo.te import local_name, te_to_local
 
+    trained = _trained(engine) if trainable_only else None  # collective: before the gather, on every rank
     full = full_state_dict(engine.module)
     trunk = {k: v for k, v in full.items() if not k.startswith("heads.")}
-    yield from megatron_to_hf(trunk, engine.hf_config).items()
+    if trained is None:
+        yield from megatron_to_hf(trunk, engine.hf_config).items()
+        return
+    layers, others = trained
+    local = te_to_local(trunk)
+    others = {local_name(name) for name in others}
+    hf = top_to_hf({k: v for k, v in local.items() if k in others}, engine.hf_config)
+    for i in sorted(layers):
+        hf.update(layer_to_hf(local, i, engine.hf_config))
+    for name, tensor in hf.items():
+        yield name, tensor.detach().clone().contiguous()

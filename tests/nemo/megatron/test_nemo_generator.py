@@ -48,3 +48,16 @@ def test_a_skipped_sync_is_caught(tmp_path):
     stale = SkippedSync(HFCopyGenerator(trainer.engine, tmp_path / "copy"), skip_version=trainer.iter_count + 2)
     with pytest.raises(AssertionError, match="log-probs differ"):
         check_generator_follows_updates(trainer, stale, PROMPTS, steps=2)
+
+
+def test_above_a_frozen_trunk_only_the_trained_block_and_final_norm_are_offered(tmp_path):
+    """num_layers_unfrozen=1: after the first (full) sync a generator with its own weights gets
+    the top block and the final norm only, equal to the whole model's, and still follows every step."""
+    import torch
+
+    trainer = run("ppo", tmp_path, overrides=dict(model=dict(num_layers_unfrozen=1), train=dict(total_steps=1)))
+    everything = dict(trainer.engine.named_weights(trainable_only=False))
+    trained = dict(trainer.engine.named_weights(trainable_only=True))
+    assert set(trained) == {name for name in everything if ".h.1." in name or ".ln_f." in name}, sorted(trained)
+    assert all(torch.equal(trained[name], everything[name]) for name in trained)
+    assert check_generator_follows_updates(trainer, HFCopyGenerator(trainer.engine, tmp_path / "copy"), PROMPTS) < 1e-4

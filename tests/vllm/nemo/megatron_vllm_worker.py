@@ -4,7 +4,8 @@ under the vLLM venv's interpreter (``train.generator_kwargs: {placement: process
 
 Each rank writes OUT/sync_<rank>.json: the samples it got, and the largest difference between
 vLLM's log-probs and the engine's "response" forward after the first (full) sync, after the
-weights changed and were synced, and after they changed again with the sync skipped.
+weights changed and were synced, after they changed again with the sync skipped, and after a
+sync above a frozen trunk (what it sent: the top block and the final norm).
 Usage: torchrun --nproc_per_node 2 megatron_vllm_worker.py OUT VLLM_PYTHON"""
 
 import json
@@ -60,11 +61,12 @@ def gap(engine, generator, seed):
 
 @torch.no_grad()
 def change_weights(engine, seed):
-    """Every weight moved, as an optimizer step moves them: the same noise on both ranks, so a
-    weight replicated over TP stays the same on each."""
+    """Every trainable weight moved, as an optimizer step moves them: the same noise on both
+    ranks, so a weight replicated over TP stays the same on each."""
     torch.manual_seed(seed)
     for param in engine.module.parameters():
-        param.add_(torch.randn_like(param) * 0.05)
+        if param.requires_grad:
+            param.add_(torch.randn_like(param) * 0.05)
 
 
 def update(engine, version, full=False):
@@ -85,10 +87,17 @@ def main(out: Path, python: str):
     synced_samples, synced = gap(engine, generator, seed=6)
     change_weights(engine, seed=2)  # and no sync
     _, skipped = gap(engine, generator, seed=7)
+    generator.update_weights(update(engine, 2))
+    for name, param in engine.module.named_parameters():  # a frozen trunk: the top block and final norm train
+        param.requires_grad_(".layers.1." in name or "final_layernorm" in name)
+    change_weights(engine, seed=3)
+    generator.update_weights(update(engine, 3))
+    _, frozen_trunk = gap(engine, generator, seed=8)
+    sent_above_trunk = generator.last_sync
     result = {"tp_rank": engine.ps.get_tensor_model_parallel_rank(), "replica": generator.replica,
               "samples": samples.ids.tolist(), "synced_samples": synced_samples.ids.tolist(),
               "version": synced_samples.version, "first": first, "synced": synced, "skipped": skipped,
-              "sent": generator.last_sync, "hf_names": len(list(engine.named_weights(trainable_only=False)))}
+              "frozen_trunk": frozen_trunk, "sent": sent_above_trunk, "hf_names": sorted(name for name, _ in engine.named_weights(trainable_only=False))}
     generator.close()
     result["server_ended"] = generator.proc is None or generator.proc.poll() is not None
     (out / f"sync_{rank}.json").write_text(json.dumps(result, indent=1))

@@ -40,7 +40,13 @@ def test_both_tp_ranks_get_the_same_samples_from_one_vllm_process(ranks):
 def test_vllm_holds_the_gathered_tp_shards_before_and_after_the_weights_change(ranks):
     for r in ranks:
         assert r["first"] < 1e-4 and r["synced"] < 1e-4, r
-    assert ranks[0]["sent"]["tensors"] == ranks[0]["hf_names"]  # every weight, whole, under its HF name
+
+
+def test_above_a_frozen_trunk_only_the_trained_block_and_final_norm_are_sent(ranks):
+    names = ranks[0]["hf_names"]
+    top = [n for n in names if ".h.1." in n or ".ln_f." in n]
+    assert 0 < len(top) < len(names) and ranks[0]["sent"]["tensors"] == len(top), (ranks[0]["sent"], top)
+    assert all(r["frozen_trunk"] < 1e-4 for r in ranks), [r["frozen_trunk"] for r in ranks]
 
 
 def test_a_skipped_sync_is_caught(ranks):
