@@ -107,8 +107,9 @@ def generator_logprobs(engine):
 
 
 def synced_copy(engine, folder):
-    """HFCopyGenerator with every weight zeroed, then synced from ``named_weights``: its
-    log-probs of its own sample against the engine's "response" forward."""
+    """HFCopyGenerator with every weight zeroed, then synced from ``named_weights`` as a step's
+    sync asks (``trainable_only``: every weight trains here, so every one must come, from
+    every stage): its log-probs of its own sample against the engine's "response" forward."""
     from rlkit_core.generator import WeightUpdate
     from rlkit_core.testing.generator import HFCopyGenerator
 
@@ -116,7 +117,7 @@ def synced_copy(engine, folder):
     with torch.no_grad():
         for param in copy.model.parameters():
             param.zero_()
-    copy.update_weights(WeightUpdate(version=1, full=True, weights=lambda: engine.named_weights(trainable_only=False)))
+    copy.update_weights(WeightUpdate(version=1, weights=lambda: engine.named_weights(trainable_only=True)))
     ids, mask = prompts()
     torch.manual_seed(5)  # the ranks of one replica must sample the same rows (they hold the same data)
     samples = copy.generate(ids, mask, max_new_tokens=NEW_TOKENS, do_sample=True, eos_token_id=None)
