@@ -299,7 +299,7 @@ class RLTrainer:
                     self.iter_count += 1
                     stop_if_diverged(self, stats)
                     self.after_optimizer_step()
-                    stats.update(self.sync_generator())
+                    stats.update(self.sync_generator() or {})  # an override that syncs later times nothing here
                     self.position = (epoch, inner, b + 1)
                     results = self.after_step(stats)
                     bar.update(self.iter_count, stats)
