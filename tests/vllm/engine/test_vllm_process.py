@@ -202,3 +202,22 @@ def test_a_vllm_it_cannot_use_under_the_interpreter_named_is_one_line(trainer, t
     with pytest.raises(RlkitError, match=r"vllm cannot use vllm(-cpu)? [0-9.]+ \(ModuleNotFoundError: No module "
                                          r"named 'vllm.model_executor'\); rlkit-vllm needs in-place weight reload"):
         ProcessGenerator(trainer.engine, python=wrapper(tmp_path, sys.executable, old), kv_cache_mb=16)
+
+
+def test_asynchronous_rollouts_sample_through_the_process_beside_training(tmp_path):
+    """The next phase sampled in a thread beside training, through the process: the weights of
+    the phase's start reach it from that thread (test_vllm_async.py's run, placement: process)."""
+    from rlkit_core.testing.engine import read_records
+
+    trainer = None
+    try:
+        trainer = grpo_run(tmp_path, total_steps=6, async_rollouts=True, generator_kwargs=PROCESS)
+        assert isinstance(trainer.generator, ProcessGenerator)
+        phases = [r for r in read_records(tmp_path) if r["kind"] == "rollout"]
+        assert [(r["async/staleness"], r["async/policy_version"]) for r in phases] == [(0, 0), (1, 0), (1, 2)]
+        assert phases[0]["policy/logprob_gap_max"] < 1e-4
+        assert trainer.generator.version == 4 and trainer.iter_count == 6
+    finally:
+        if trainer is not None:
+            trainer.generator.close()
+        reset_accelerate()
