@@ -11,7 +11,8 @@ online trainers lay them out). The defaults are the calls the examples make: the
 (examples/sentiments/ppo_smollm2.yml: ``chunk_size`` 32 prompts, 16 tokens) 32x1x16, the GRPO
 example (grpo_smollm2.yml: ``chunk_size`` 32 rows = 8 prompts x groups of 4, 16 tokens) 8x4x16,
 and the issue's 32x8x64. Each dtype runs in its own process (a trainer and a vLLM engine of
-that dtype); both sides of a shape alternate within it, after one untimed call each.
+that dtype); both sides of a shape alternate within it, after one untimed call each at the shape's batch
+(``WARM_UP_TOKENS`` new tokens).
 
 Each call is timed in wall seconds and in the process's CPU seconds (``time.process_time``:
 every thread, vLLM's included, since it runs in this process): on a shared machine the wall
@@ -37,6 +38,7 @@ PROMPTS = ["The movie was", "I watched this film last night and", "Honestly, the
 SHAPES = "32x1x16,8x4x16,32x8x64"
 NAMES = {"32x1x16": "main job", "8x4x16": "GRPO example", "32x8x64": "issue 27"}
 SIDES = ("engine", "vllm")
+WARM_UP_TOKENS = 8
 
 
 def build_trainer(model: str, dtype: str, workdir: str):
@@ -95,9 +97,9 @@ def measure(args: argparse.Namespace, dtype: str) -> list[dict]:
         batch = trainer.tokenizer([t for t in texts for _ in range(group)], return_tensors="pt", padding=True)
         figures = {side: {"wall": [], "cpu": []} for side in SIDES}
         load = [os.getloadavg()[0]]
-        for side in SIDES:  # warm-up, untimed
+        for side in SIDES:  # warm-up at the shape's batch, untimed (a few tokens: the batch-size-dependent set-up)
             trainer.generator = generators[side]
-            timed(trainer, batch, new_tokens)
+            timed(trainer, batch, min(new_tokens, WARM_UP_TOKENS))
         for _ in range(args.rounds):
             for side in SIDES:
                 trainer.generator = generators[side]
