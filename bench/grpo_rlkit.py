@@ -3,6 +3,8 @@ samples, then one optimizer step over all of them) through the trainer API, ever
 
     python bench/grpo_rlkit.py --spec spec.json --out result.json --variant grpo-k2|grpo-all|rloo-k2|rloo-all
 
+(``grpo-k2vllm``, ``grpo-allvllm``: the same with ``train.generator: vllm``, in the vLLM venv.)
+
 The trainer is the one ``rlkit_core.train`` would build for ``train.trainer:
 AccelerateGRPOTrainer`` (or ``AccelerateRLOOTrainer``), resolved through the plugin registry;
 ``make_experience`` and ``learn`` are its own. The bench only wraps methods to time them
@@ -18,10 +20,12 @@ from grpo_common import completions_per_step, distinct_words, split_variant
 from harness import PhaseTimer, cuda_peak_bytes, grad_phase, read_spec, rollout_then_learn, setup_torch, worker_args, write_result
 
 UNFROZEN = {"k2": 2, "all": -1}  # model.num_layers_unfrozen
+VLLM = {"k2vllm": 2, "allvllm": -1}  # the same with train.generator: vllm (the runner's interpreter has vLLM)
 
 
-def grpo_config(spec: dict, method: str, num_layers_unfrozen: int, workdir: str):
-    """The case's settings as an rlkit config (TRL's field names in ``method``)."""
+def grpo_config(spec: dict, method: str, num_layers_unfrozen: int, workdir: str, generator: str | None = None):
+    """The case's settings as an rlkit config (TRL's field names in ``method``); ``generator``:
+    ``train.generator`` (None: the engine's sampler)."""
     from rlkit_methods import default_grpo_config, default_rloo_config
 
     g = spec["grpo"]
@@ -39,7 +43,7 @@ def grpo_config(spec: dict, method: str, num_layers_unfrozen: int, workdir: str)
     config = base.evolve(
         train=dict(seq_length=64 + g["new_tokens"], batch_size=rows, minibatch_size=None, epochs=1, total_steps=1,
                    checkpoint_interval=10**9, eval_interval=10**9, checkpoint_dir=workdir, save_best=False,
-                   seed=spec["seed"], tracker=None, max_grad_norm=g["max_grad_norm"]),
+                   seed=spec["seed"], tracker=None, max_grad_norm=g["max_grad_norm"], generator=generator),
         model=dict(model_path=spec["model"], num_layers_unfrozen=num_layers_unfrozen, model_extra_configs=extra),
         tokenizer=dict(tokenizer_path=spec["model"], padding_side="left"),
         optimizer=dict(kwargs=dict(lr=g["lr"], betas=[0.9, 0.999], eps=1e-8, weight_decay=0.0)),
@@ -52,14 +56,14 @@ def grpo_config(spec: dict, method: str, num_layers_unfrozen: int, workdir: str)
     return config
 
 
-def build_trainer(spec: dict, method: str, num_layers_unfrozen: int, workdir: str):
+def build_trainer(spec: dict, method: str, num_layers_unfrozen: int, workdir: str, generator: str | None = None):
     """The trainer ``rlkit_core.train`` would build for this config, with the case's prompts."""
     from rlkit_core.api import max_prompt_length, resolve_trainer
     from rlkit_core.plugins import get_host
     from rlkit_core.registry import load_target
     from rlkit_methods.data.prompts import PromptPipeline
 
-    config = grpo_config(spec, method, num_layers_unfrozen, workdir)
+    config = grpo_config(spec, method, num_layers_unfrozen, workdir, generator)
     new_tokens = spec["grpo"]["new_tokens"]
 
     def distinct_words_reward(samples, prompts, outputs, **_) -> list[float]:
@@ -74,7 +78,8 @@ def build_trainer(spec: dict, method: str, num_layers_unfrozen: int, workdir: st
 
 def main() -> None:
     args = worker_args(__doc__.splitlines()[0])
-    method, unfrozen = split_variant(args.variant, UNFROZEN)
+    method, unfrozen = split_variant(args.variant, {**UNFROZEN, **VLLM})
+    generator = "vllm" if args.variant.partition("-")[2] in VLLM else None
     spec = read_spec(args.spec)
     torch, _, _ = setup_torch(spec)
     timer = PhaseTimer(spec["device"])
@@ -82,7 +87,7 @@ def main() -> None:
     with timer.section("load"):
         from rlkit_methods.run.metrics_log import read_metrics
 
-        trainer = build_trainer(spec, method, unfrozen, workdir)
+        trainer = build_trainer(spec, method, unfrozen, workdir, generator)
 
     engine = trainer.engine
     model = engine.unwrapped_model

@@ -1,7 +1,10 @@
 """Bench worker (peer): one step of TRL 1.16's ``GRPOTrainer`` or ``RLOOTrainer`` on the same
 model, prompts, group size, lengths and reward as ``grpo_rlkit.py``.
 
-    python bench/grpo_trl.py --spec spec.json --out result.json --variant grpo-trl|rloo-trl
+    python bench/grpo_trl.py --spec spec.json --out result.json --variant grpo-trl|rloo-trl|grpo-trlvllm
+
+``grpo-trlvllm``: TRL's vLLM mode (``use_vllm=True``, ``vllm_mode="colocate"``), in an
+interpreter that also has vLLM (``bench/.venv-trl-vllm``, see peer.py).
 
 Runs in ``bench/.venv-trl-grpo`` (no rlkit there; offline: the model is the folder the runner
 resolved). One step: ``max_steps=1`` with ``per_device_train_batch_size`` = prompts x
@@ -17,14 +20,16 @@ backward and the optimizer's step.
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 from grpo_common import completions_per_step, distinct_words, split_variant
 from harness import PhaseTimer, cuda_peak_bytes, peak_rss_bytes, read_spec, setup_torch, worker_args, write_result
 
 
-def trl_config(spec: dict, method: str, config_cls, output_dir: str):
-    """TRL's config for the case (the same settings as ``grpo_rlkit.grpo_config``)."""
+def trl_config(spec: dict, method: str, config_cls, output_dir: str, use_vllm: bool = False):
+    """TRL's config for the case (the same settings as ``grpo_rlkit.grpo_config``); ``use_vllm``:
+    TRL's vLLM mode, colocated (vLLM in the trainer's process, TRL's choice for one device)."""
     g = spec["grpo"]
     fields = dict(
         output_dir=output_dir, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
@@ -38,16 +43,25 @@ def trl_config(spec: dict, method: str, config_cls, output_dir: str):
     )
     if method == "grpo":
         fields.update(loss_type=g["loss_type"], scale_rewards=g["scale_rewards"])
+    if use_vllm:  # vLLM's SamplingParams name the minimum min_tokens; the KV cache is host memory on CPU
+        fields.update(use_vllm=True, vllm_mode="colocate", generation_kwargs={"min_tokens": g["new_tokens"]},
+                      vllm_max_model_length=128 + g["new_tokens"])
     return config_cls(**fields)
 
 
 def main() -> None:
     args = worker_args(__doc__.splitlines()[0])
-    method, _ = split_variant(args.variant, {"trl": None})
+    method, use_vllm = split_variant(args.variant, {"trl": False, "trlvllm": True})
     spec = read_spec(args.spec)
     torch, _, dtype = setup_torch(spec)
     g = spec["grpo"]
     timer = PhaseTimer(spec["device"])
+    if use_vllm and spec["device"] == "cpu":
+        # what rlkit's vLLM generator sets for a process that also trains (rlkit_vllm/checks.py):
+        # no engine-core process, no thread pinning, no core kept back; a KV cache of 1 GB
+        for key, value in (("VLLM_ENABLE_V1_MULTIPROCESSING", "0"), ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+                           ("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"), ("VLLM_CPU_KVCACHE_SPACE", "1")):
+            os.environ.setdefault(key, value)
     with timer.section("load"):
         import trl
         from datasets import Dataset
@@ -63,7 +77,7 @@ def main() -> None:
         def distinct_words_reward(prompts, completions, **kwargs) -> list[float]:
             return distinct_words(completions, g["new_tokens"])
 
-        config = trl_config(spec, method, config_cls, tempfile.mkdtemp(prefix="trl-bench-"))
+        config = trl_config(spec, method, config_cls, tempfile.mkdtemp(prefix="trl-bench-"), use_vllm)
         # the reference (beta > 0) is loaded by TRL itself, from the policy's folder
         trainer = trainer_cls(model=policy, reward_funcs=distinct_words_reward, args=config,
                               train_dataset=Dataset.from_dict({"prompt": list(g["prompts"])}), processing_class=tokenizer)

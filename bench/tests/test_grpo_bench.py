@@ -138,3 +138,28 @@ def test_rlkit_grpo_and_rloo_sides_run_one_step_and_report_their_phases(tiny_mod
         k2, all_layers = results[f"rlkit {method.upper()} unfrozen=2"], results[f"rlkit {method.upper()} unfrozen=-1"]
         assert k2["trainable_params"] < all_layers["trainable_params"]
         assert "rollout/reference" in k2["phases"]  # beta > 0: the hydra reference ran in the rollout
+
+
+def test_grpo_vllm_case_samples_with_vllm_on_both_sides_of_the_same_step(tmp_path):
+    from grpo_rlkit import VLLM, grpo_config
+    from grpo_trl import trl_config
+
+    case = CASES["grpo-vllm"]
+    assert case.reference.env == "trl-vllm" and case.metric == "step_s"
+    sides = {s.variant: s for s in case.sides}
+    assert {v for v, s in sides.items() if s.env == "trl-vllm"} == {"grpo-trl", "grpo-trlvllm"}
+    assert {v for v, s in sides.items() if s.env == "rlkit"} == {"grpo-k2", "grpo-all", "grpo-k2vllm", "grpo-allvllm"}
+    assert VLLM == {"k2vllm": 2, "allvllm": -1}
+
+    spec = _spec()
+    plain, theirs = trl_config(spec, "grpo", dict, str(tmp_path)), trl_config(spec, "grpo", dict, str(tmp_path), True)
+    assert "use_vllm" not in plain
+    assert (theirs["use_vllm"], theirs["vllm_mode"]) == (True, "colocate")
+    # vLLM's SamplingParams: exactly new_tokens tokens, as on rlkit's side
+    assert theirs["generation_kwargs"] == {"min_tokens": spec["grpo"]["new_tokens"]}
+    assert {k: v for k, v in theirs.items() if not k.startswith(("vllm_", "use_vllm", "generation_kwargs"))} == \
+        {k: v for k, v in plain.items() if k != "generation_kwargs"}
+    ours = grpo_config(spec, "grpo", 2, str(tmp_path), "vllm")
+    assert ours.train.generator == "vllm" and grpo_config(spec, "grpo", 2, str(tmp_path)).train.generator is None
+    assert run.parse_args(["--cases", "grpo-vllm", "--no-peer"]).case_list[0].sides == tuple(
+        s for s in case.sides if s.env == "rlkit")
