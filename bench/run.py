@@ -72,6 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "train.seed (--walks-set) then varies the training alone")
     p.add_argument("--rlkit-set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for rlkit's PPO and generate sides, as `rlkit run --set` (repeatable)")
+    p.add_argument("--skip-side", action="append", default=[], metavar="NAME",
+                   help="leave out the sides whose name contains NAME (repeatable), e.g. one known to fail here")
     p.add_argument("--no-peer", action="store_true", help="rlkit's sides only (to measure an rlkit change quickly; no ratios)")
     p.add_argument("--profile", action="store_true", help="rlkit PPO side: torch.profiler operator table beside each result (slows it)")
     p.add_argument("--json", default=str(BENCH / "results" / "latest.json"), help="where to write all measurements")
@@ -90,6 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(str(exc))
     if args.no_peer:
         args.case_list = [dataclasses.replace(c, sides=tuple(s for s in c.sides if s.env not in PEER_ENVS)) for c in args.case_list]
+    if args.skip_side:
+        keep = lambda side: not any(name in side.name for name in args.skip_side)  # noqa: E731
+        args.case_list = [dataclasses.replace(c, sides=tuple(filter(keep, c.sides))) for c in args.case_list]
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     return args
 

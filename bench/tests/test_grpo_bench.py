@@ -163,3 +163,8 @@ def test_grpo_vllm_case_samples_with_vllm_on_both_sides_of_the_same_step(tmp_pat
     assert ours.train.generator == "vllm" and grpo_config(spec, "grpo", 2, str(tmp_path)).train.generator is None
     assert run.parse_args(["--cases", "grpo-vllm", "--no-peer"]).case_list[0].sides == tuple(
         s for s in case.sides if s.env == "rlkit")
+
+
+def test_skip_side_leaves_out_the_sides_it_names():
+    cases = run.parse_args(["--cases", "grpo-vllm", "--skip-side", "use_vllm", "--skip-side", "unfrozen=-1"]).case_list
+    assert [s.variant for s in cases[0].sides] == ["grpo-trl", "grpo-k2", "grpo-k2vllm"]
