@@ -91,7 +91,7 @@ def main() -> None:
 
     engine = trainer.engine
     model = engine.unwrapped_model
-    timer.wrap(trainer, "sample", "rollout/generate")  # the generator, through RLTrainer.sample
+    timer.wrap(trainer, "sample_rollouts", "rollout/generate")  # the generator, as the rollouts call it
     timer.wrap(trainer, "score_samples", "rollout/reward")
     timer.wrap(engine, "forward", "rollout/forward (other)")  # the no-grad rollout forward, beyond the parts below
     for name, rollout, train in (("forward_trunk", "rollout/trunk", "train/trunk forward"),

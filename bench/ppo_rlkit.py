@@ -93,7 +93,7 @@ def main() -> None:
         trainer = build_trainer(spec, VARIANTS[args.variant], workdir)
 
     model = trainer.unwrapped_model
-    timer.wrap(trainer, "sample", "rollout/generate")  # the generator, through RLTrainer.sample
+    timer.wrap(trainer, "sample_rollouts", "rollout/generate")  # the generator, as the rollouts call it
     timer.wrap(trainer, "score_samples", "rollout/reward")
     timer.wrap(model, "forward_trunk", grad_phase("rollout/trunk", "train/trunk forward"))
     timer.wrap(model, "forward_top", grad_phase("rollout/top+value", "train/top+value forward"))
