@@ -3,7 +3,9 @@
 its own). Token ids in, token ids and raw log-probs out, as plain lists: no rlkit types, so the
 same code runs under another interpreter.
 
-* Start: vLLM loads the engine's HF export from a folder, no tokenizer inside vLLM.
+* Start: vLLM loads the engine's HF export from a folder, no tokenizer inside vLLM; the
+  export's head files (PPO's ``value_head.safetensors``, NeMo's ``rlkit_heads.safetensors``)
+  are left out of what vLLM sees, since it loads every ``*.safetensors`` file it finds.
 * ``generate``: HF ``generate``'s keyword arguments mapped onto ``SamplingParams``, one seed per
   row (drawn by the trainer, so a seeded run samples the same rollouts again); the log-probs are
   vLLM's ``raw_logprobs`` (log softmax of the unprocessed logits) of each sampled token.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -33,6 +36,27 @@ SAMPLING = {"max_new_tokens", "min_new_tokens", "do_sample", "temperature", "top
 MAX_MODEL_LEN = 2048  # prompt + response tokens; rollouts are short (generator_kwargs.max_model_len for more)
 QUIETED = ("vllm.model_executor.model_loader.reload.layerwise", "vllm.model_executor.model_loader.reload.inplace",
            "vllm.renderers.base")
+
+
+# the language model's own weight files, as transformers names them (one file, or shards and an index)
+MODEL_WEIGHTS = re.compile(r"model(-\d+-of-\d+)?\.safetensors(\.index\.json)?")
+
+
+def language_model_folder(folder: Path) -> Path:
+    """``folder``, or where its head files are not: a ``lm_only`` folder beside the export's files
+    that links to all of them but the extra ``*.safetensors`` (vLLM would try to load a value
+    head into the language model and stop: "no module or parameter named 'v_head'")."""
+    extra = [f for f in folder.glob("*.safetensors") if not MODEL_WEIGHTS.fullmatch(f.name)]
+    if not extra:
+        return folder
+    view = folder / "lm_only"
+    view.mkdir(exist_ok=True)
+    for link in view.iterdir():  # a folder exported before: its links may be stale
+        link.unlink()
+    for file in folder.iterdir():
+        if file.is_file() and file not in extra:
+            (view / file.name).symlink_to(file.resolve())
+    return view
 
 
 class Quiet(logging.Filter):
@@ -110,7 +134,7 @@ class VLLMSampler:
         import torch
         from vllm import LLM
 
-        folder = Path(folder)
+        folder = language_model_folder(Path(folder))
         config = json.loads((folder / "config.json").read_text())
         dtype = dtype or config.get("dtype") or config.get("torch_dtype") or "float32"
         positions = config.get("max_position_embeddings") or config.get("n_positions")

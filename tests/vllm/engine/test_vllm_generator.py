@@ -176,3 +176,23 @@ def test_the_prefix_cache_is_dropped_at_every_sync(tmp_path):
         trainer.generator.close()
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
+
+
+def test_a_ppo_run_with_a_value_head_starts_vllm_and_samples_through_it(tmp_path):
+    """PPO's export holds value_head.safetensors beside the language model: vLLM loads every
+    safetensors file of its folder, and stopped at start ("no module or parameter named 'v_head'")."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    c = walks_setup.config("ppo", tmp_path, train=dict(total_steps=2, generator="vllm",
+                                                       generator_kwargs=dict(kv_cache_mb=16)))
+    c.model.model_path = model_config()
+    prompts = walks_setup.TASK.eval_prompts[:8]
+    trainer = rlkit.train(config=c, reward_fn=walks_setup.reward_fn, prompts=prompts, eval_prompts=prompts)
+    try:
+        assert isinstance(trainer.generator, VLLMGenerator)
+        assert trainer.iter_count == 2
+        assert check_generator_logprobs(trainer, PROMPTS) < 1e-4  # and synced after the steps
+    finally:
+        trainer.generator.close()
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
