@@ -144,3 +144,26 @@ def select(names: str) -> list[Case]:
     if unknown or not chosen:
         raise ValueError(f"--cases: unknown case {', '.join(unknown) or '(none given)'}; choose from {','.join(CASES)}")
     return [CASES[n] for n in chosen]
+
+
+CASES["reward"] = Case(
+    "reward", "reward-model optimizer steps (pairs x 2 rows, one micro-batch each)", "step_s", "s", False,
+    (
+        Side("TRL 1.16.0 RewardTrainer", "trl-grpo", "prefs_trl.py", "reward-trl", reference=True),
+        Side("rlkit reward model unfrozen=-1", "rlkit", "prefs_rlkit.py", "reward-all"),
+        Side("rlkit reward model unfrozen=2", "rlkit", "prefs_rlkit.py", "reward-k2"),
+    ),
+    note="the same pairs as the same token ids (no EOS), margins, fp32; TRL: AutoModelForSequenceClassification, "
+    "every weight trained; rlkit -1: every weight trained, 2: the top two blocks and the final norm",
+)
+CASES["dpo"] = Case(
+    "dpo", "DPO optimizer steps (pairs x 2 rows, one micro-batch each)", "step_s", "s", False,
+    (
+        Side("TRL 1.16.0 DPOTrainer", "trl-grpo", "prefs_trl.py", "dpo-trl", reference=True),
+        Side("rlkit DPO unfrozen=-1 precomputed ref", "rlkit", "prefs_rlkit.py", "dpo-all"),
+        Side("rlkit DPO unfrozen=2 hydra ref", "rlkit", "prefs_rlkit.py", "dpo-k2"),
+    ),
+    note="the same pairs, loss (sigmoid, beta 0.1), fp32; TRL at its default reference: a second full model "
+    "run every step; rlkit -1: every weight trained, the reference's log-probs computed once before the first step "
+    "(ref_precompute_s, not in step_s); 2: the hydra reference on the frozen trunk, the top two blocks trained",
+)

@@ -1,15 +1,15 @@
 """rlkit against its peer on the same work: one command, a table and a JSON file.
 
-    python bench/run.py [--cases ppo,generate,ilql,sft,walks-ppo,startup,grpo,rloo] [--repeats 3] [--device cpu|cuda]
+    python bench/run.py [--cases ppo,generate,ilql,sft,walks-ppo,startup,grpo,rloo,reward,dpo] [--repeats 3] [--device cpu|cuda]
                         [--json bench/results/latest.json] [--peer-python PATH] [--model smollm2-135m|FOLDER]
                         [--trlx-src DIR] [--walks-set KEY=VALUE] [--walks-task-seed 1000] [--num-generations 4]
-                        [--grpo-prompts 4]
+                        [--grpo-prompts 4] [--pref-pairs 4] [--pref-steps 4]
 
 Every measurement runs in its own subprocess (peak RSS is that process's alone, from
 ``os.wait4``), sides interleaved A B A B ... On CPU every process is pinned to
 ``--threads`` (default 1) threads. The peer (TRL 0.29.1) runs in ``bench/.venv-trl``,
 created on first use, or in ``--peer-python``; the GRPO/RLOO cases' peer, TRL 1.16.0, in
-``bench/.venv-trl-grpo`` or ``--grpo-peer-python``; the randomwalks cases' peer, trlX 0.7, runs in
+``bench/.venv-trl-grpo`` or ``--grpo-peer-python`` (also the reward and dpo cases' peer); the randomwalks cases' peer, trlX 0.7, runs in
 ``bench/.venv-trlx`` from a checkout named by ``--trlx-src`` / ``RLKIT_TRLX_SRC`` (see
 ``trlx_peer.py``). Run it from the project's venv.
 """
@@ -35,6 +35,7 @@ sys.path.insert(0, str(BENCH))
 from cases import Case, Side, select  # noqa: E402
 from peer import PeerError, ensure_grpo_peer, ensure_peer, ensure_trl_vllm  # noqa: E402
 from trlx_peer import ensure_trlx, trlx_source  # noqa: E402
+from prefs_common import prefs_spec  # noqa: E402
 from report import case_table, extra_table, phase_table, summarize_case  # noqa: E402
 from stats import interleaved  # noqa: E402
 
@@ -46,7 +47,7 @@ PEER_ENVS = ("peer", "trlx", "trl-grpo", "trl-vllm")  # the sides --no-peer drop
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default="ppo,generate,ilql,sft,walks-ppo,startup",
-                   help="comma-separated: ppo,generate,ilql,sft,walks-ppo,startup,grpo,rloo,grpo-vllm")
+                   help="comma-separated: ppo,generate,ilql,sft,walks-ppo,startup,grpo,rloo,grpo-vllm,reward,dpo")
     p.add_argument("--repeats", type=int, default=3, help="runs per side, interleaved")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="default: float32 on cpu, bfloat16 on cuda")
@@ -62,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-generations", type=int, default=4, help="grpo/rloo: samples per prompt (a group)")
     p.add_argument("--grpo-prompts", type=int, default=4, help="grpo/rloo: prompts per step (the first N of the 8 fixed ones)")
     p.add_argument("--grpo-beta", type=float, default=0.04, help="grpo/rloo: KL coefficient (> 0: the step includes the reference)")
+    p.add_argument("--pref-pairs", type=int, default=4, help="reward/dpo: preference pairs per optimizer step")
+    p.add_argument("--pref-steps", type=int, default=4, help="reward/dpo: optimizer steps per run (step_s: median after the first)")
     p.add_argument("--trlx-src", default=None, help="trlX checkout for ilql/sft/walks-ppo (default: $RLKIT_TRLX_SRC)")
     p.add_argument("--trlx-python", default=None, help="interpreter with trlX's pins (default: create bench/.venv-trlx)")
     p.add_argument("--walks-start", default=None, help="walks-ppo: an SFT export both sides start from (default: train one)")
@@ -86,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--batch, --new-tokens and --ppo-epochs must be >= 1")
     if args.num_generations < 2 or not 1 <= args.grpo_prompts <= 8 or args.grpo_beta < 0:
         p.error("--num-generations must be >= 2, --grpo-prompts 1-8 and --grpo-beta >= 0")
+    if args.pref_pairs < 1 or args.pref_steps < 2:
+        p.error("--pref-pairs must be >= 1 and --pref-steps >= 2 (the first step is a warm-up)")
     try:
         args.case_list = select(args.cases)
     except ValueError as exc:
@@ -311,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         except PeerError as exc:
             raise SystemExit(f"bench: {exc}")
         peer_versions = {**(peer_versions or {}), "trlx_src": str(source), "trlx_venv": trlx_versions}
-    needs_model = any(c.name in ("ppo", "generate", "grpo", "rloo", "grpo-vllm") for c in args.case_list)
+    needs_model = any(c.name in ("ppo", "generate", "grpo", "rloo", "grpo-vllm", "reward", "dpo") for c in args.case_list)
+    prefs = any(c.name in ("reward", "dpo") for c in args.case_list)
     prompts = json.loads(PROMPTS.read_text())["prompts"]
     spec = {
         "device": args.device, "dtype": args.dtype, "threads": args.threads, "seed": 0, "profile": args.profile,
@@ -322,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                 "seq_length": 32 + args.new_tokens, "lr": 1e-5, "kl_coef": 0.05, "vf_coef": 0.1},
         "generate": {"calls": 3},
         "grpo": grpo_spec(args, prompts),
+        "prefs": prefs_spec(batch_pairs=args.pref_pairs, steps=args.pref_steps) if prefs else None,
         "walks": walks_spec(args, walks_cases) if walks_cases else None,
     }
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
