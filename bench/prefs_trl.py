@@ -32,10 +32,8 @@ from harness import peak_rss_bytes, read_spec, setup_torch, worker_args, write_r
 from prefs_common import LOSS_SETTINGS, cdpo_loss, perturb_top, score_weight, split_variant, step_median
 
 
-def trl_config(spec: dict, method: str, output_dir: str, **fields):
-    """TRL's config for the case (the same settings as ``prefs_rlkit.prefs_config``)."""
-    from trl import DPOConfig, RewardConfig
-
+def trl_fields(spec: dict, method: str, output_dir: str, **fields) -> dict:
+    """TRL's config fields for the case (the same settings as ``prefs_rlkit.prefs_config``)."""
     p = spec["prefs"]
     base = dict(output_dir=output_dir, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
                 seed=spec["seed"], use_cpu=spec["device"] == "cpu", bf16=False, gradient_checkpointing=False,
@@ -44,8 +42,13 @@ def trl_config(spec: dict, method: str, output_dir: str, **fields):
                 max_grad_norm=1.0, dataloader_num_workers=0, max_length=p["max_length"])
     if method == "dpo":
         base.update(beta=p["beta"], loss_type=p["loss_type"])
-    base.update(fields)
-    return (DPOConfig if method == "dpo" else RewardConfig)(**base)
+    return {**base, **fields}
+
+
+def trl_config(spec: dict, method: str, output_dir: str, **fields):
+    from trl import DPOConfig, RewardConfig
+
+    return (DPOConfig if method == "dpo" else RewardConfig)(**trl_fields(spec, method, output_dir, **fields))
 
 
 def tokenizer_of(spec: dict):

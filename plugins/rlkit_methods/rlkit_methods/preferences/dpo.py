@@ -52,16 +52,24 @@ class DPOTrainer(OfflineTrainer):
                 self.attach_reference(self.store.items[start : start + micro])
 
     def attach_reference(self, items: list[dict[str, Any]]) -> None:
-        """log pi_ref(y^c|x) and log pi_ref(y^r|x) into each item (summed, or averaged for IPO)."""
+        """log pi_ref(y^c|x) and log pi_ref(y^r|x) into each item (summed, or averaged for IPO);
+        from the engine's reference also the frozen trunk's hidden states where the engine
+        keeps them, so that the step's training forward runs only the top (one trunk pass
+        per step, shared by the reference and the policy, as trlX's hydra forward)."""
         batch = self.store.collate(items)
+        trunks = None
         if self.uses_engine_reference():
-            logprobs = self.engine.forward("response", batch, want=("ref_logprobs", "no_logprobs"))["ref_logprobs"]
+            out = self.engine.forward("response", batch, want=("ref_logprobs", "no_logprobs", "trunk"))
+            logprobs, trunks = out["ref_logprobs"], out.get("trunk")
         else:
             logprobs = self.engine.forward("response", batch)["logprobs"]
         logps = sequence_logps(logprobs, batch["response_mask"], average=self.config.method.loss_type == "ipo")  # (2B,)
         chosen, rejected = pairs_of(logps)
         for item, chosen, rejected in zip(items, chosen.tolist(), rejected.tolist()):
             item["ref_chosen_logps"], item["ref_rejected_logps"] = chosen, rejected
+        if trunks:  # one (prompt + completion tokens, H) row per sequence, chosen then rejected
+            for item, chosen, rejected in zip(items, trunks[0::2], trunks[1::2]):
+                item["trunk_chosen"], item["trunk_rejected"] = chosen, rejected
 
     def train_step(self, indices: list[int]) -> dict[str, float]:
         items = [self.store[i] for i in indices]

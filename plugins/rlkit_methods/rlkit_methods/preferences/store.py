@@ -58,7 +58,19 @@ class PairStore(Dataset):
         if all("ref_chosen_logps" in it for it in items):
             batch["ref_logps"] = torch.tensor([v for it in items for v in (it["ref_chosen_logps"], it["ref_rejected_logps"])],
                                               dtype=torch.float)
+        if items and all("trunk_chosen" in it for it in items):
+            batch["trunk"] = padded_trunk([t for it in items for t in (it["trunk_chosen"], it["trunk_rejected"])], prompts)
         return batch
+
+
+def padded_trunk(rows: Sequence[torch.Tensor], prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(N, Q + R, H) frozen-trunk hidden states laid out as ``response_batch`` lays out the
+    tokens (each row covers its prompt then its completion: prompts left-padded, completions
+    right-padded, zeros in the padding, which attention never reads)."""
+    if any(t.shape[0] < len(p) for t, p in zip(rows, prompts)):
+        raise ValueError("trunk: a row is shorter than its prompt; it must cover the prompt and the completion tokens")
+    return torch.cat([pad([t[: len(p)] for t, p in zip(rows, prompts)], 0.0, "left"),
+                      pad([t[len(p):] for t, p in zip(rows, prompts)], 0.0, "right")], dim=1)
 
 
 def pairs_of(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
