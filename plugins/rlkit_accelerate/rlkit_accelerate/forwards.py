@@ -7,6 +7,7 @@ its layout, and a batch on the device; it returns the outputs the method asked f
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Sequence
 
 import torch
@@ -20,7 +21,8 @@ def _get(batch: Any, key: str, default: Any = None) -> Any:
 
 
 def _policy_outputs(out, response) -> dict[str, Any]:
-    result = {"logprobs": logprobs_of_labels(out.logits, response).float()}
+    # a reward model has no LM logits, only its score head's values
+    result = {"logprobs": logprobs_of_labels(out.logits, response).float()} if out.logits is not None else {}
     if out.values is not None:  # a model with a value head
         result["values"] = out.values.float()
     return result
@@ -34,8 +36,17 @@ def plain_response_forward(model, batch) -> dict[str, Any]:
     position_ids = _get(batch, "position_ids")
     if position_ids is None:
         position_ids = position_ids_from_mask(mask)  # positions follow the real tokens
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False).logits
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False,
+                   **_keep_logits(model, R + 1)).logits
     return {"logprobs": logprobs_of_labels(logits[:, -R - 1 : -1], response).float()}  # t predicts t + 1
+
+
+def _keep_logits(model, keep: int) -> dict[str, int]:
+    """HF's ``logits_to_keep``: the LM head on the last ``keep`` positions only (the prompt's
+    logits are never read), where the model's forward takes it."""
+    inner = getattr(model, "module", model)  # DDP's wrapper
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft's
+    return {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(inner.forward).parameters else {}
 
 
 def response_forward(model, unwrapped, batch, want: Sequence[str] = (), *, train: bool) -> dict[str, Any]:
@@ -52,7 +63,7 @@ def response_forward(model, unwrapped, batch, want: Sequence[str] = (), *, train
         out = model(input_ids=query, attention_mask=mask[:, :Q], response_ids=response, response_mask=mask[:, Q:], **cached)
         return _policy_outputs(out, response)
     out, ref_logits = unwrapped.score_rollout(query, mask[:, :Q], response, mask[:, Q:], policy="no_logprobs" not in want)
-    result = _policy_outputs(out, response) if out.logits is not None else {}
+    result = _policy_outputs(out, response)
     if "ref_logprobs" in want and ref_logits is not None:
         result["ref_logprobs"] = logprobs_of_labels(ref_logits, response).float()
     if "trunk" in want and getattr(unwrapped, "caches_trunk", lambda: False)():

@@ -53,7 +53,7 @@ from rlkit_accelerate.models.shared_prompts import (
 
 @dataclass
 class PolicyOutput:
-    logits: torch.Tensor | None  # [B, T, V]; None when score_rollout skipped the policy
+    logits: torch.Tensor | None  # [B, T, V]; None when score_rollout skipped the policy, and for a reward model
     values: torch.Tensor | None  # [B, T]; None without a value head
     hidden_states: torch.Tensor | None = None  # [B, T, H], the LM head's input
     trunk_hidden: torch.Tensor | None = None  # [B, T, H], what enters block branch_index (score_rollout)
@@ -175,7 +175,8 @@ class CausalLMWithValueHead(nn.Module):
         value_input = hidden
         hidden = run_blocks(blocks[value_index:], hidden, trunk)
         final = _last(run_post(self.layout.post, hidden), keep)  # [B, K, H]
-        logits = self.layout.lm_head(final)  # [B, K, V]
+        # a reward model reads its score head alone: no LM head over the vocabulary
+        logits = None if self.score_head else self.layout.lm_head(final)  # [B, K, V]
         if self.value_branch is not None:
             value_hidden = _last(self.value_branch(value_input, trunk), keep)
         else:
@@ -402,4 +403,5 @@ def _response_part(out: PolicyOutput, R: int) -> PolicyOutput:
     """Outputs at the positions that predict the last ``R`` tokens (position t predicts t + 1)."""
     hidden = out.hidden_states[:, -R - 1 : -1] if out.hidden_states is not None else None
     values = out.values[:, -R - 1 : -1] if out.values is not None else None
-    return PolicyOutput(logits=out.logits[:, -R - 1 : -1], values=values, hidden_states=hidden)
+    logits = out.logits[:, -R - 1 : -1] if out.logits is not None else None
+    return PolicyOutput(logits=logits, values=values, hidden_states=hidden)
