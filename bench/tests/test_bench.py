@@ -48,8 +48,8 @@ def test_case_selection_keeps_order_and_names_the_choices():
 
 def test_bad_arguments_fail_with_one_line(capsys):
     with pytest.raises(SystemExit):
-        run.parse_args(["--cases", "dpo"])
-    assert "unknown case dpo" in capsys.readouterr().err
+        run.parse_args(["--cases", "dpp"])
+    assert "unknown case dpp" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run.parse_args(["--repeats", "0"])
     assert run.parse_args(["--device", "cuda"]).dtype == "bfloat16"
