@@ -221,8 +221,10 @@ def packed_response_forward(model, unwrapped, batch, attention_cost: float | Non
         logits, values = out.logits, out.values  # (M, V), (M,) or None
     else:
         logits, values = model(**inputs, use_cache=False, logits_to_keep=keep).logits, None
-    next_ids = p.pack(F.pad(ids[:, 1:], (0, 1)))[keep]  # (M,) the token each kept position predicts
-    result = {"logprobs": p.unkeep(logprobs_of_labels(logits, next_ids), states)[:, Q - 1 : Q + R - 1]}
+    result = {}
+    if logits is not None:  # None for a reward model: its score head alone
+        next_ids = p.pack(F.pad(ids[:, 1:], (0, 1)))[keep]  # (M,) the token each kept position predicts
+        result["logprobs"] = p.unkeep(logprobs_of_labels(logits, next_ids), states)[:, Q - 1 : Q + R - 1]
     if values is not None:
         result["values"] = p.unkeep(values.float(), states)[:, Q - 1 : Q + R - 1]
     return result
