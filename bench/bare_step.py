@@ -1,11 +1,13 @@
 """The steps ``bench/walks_floor.py`` times beside each side's own: the batches as the model
 sees them, and a bare ``GPT2LMHeadModel`` step (forward, token cross-entropy, backward, AdamW)
-with its variants (rlkit's one-kernel GELU, no mask, unpadded rows, the linear layers' matrix
-products alone). Imported in both venvs: rlkit's and ``bench/.venv-trlx``."""
+with its variants (rlkit's one-kernel GELU, no mask, unpadded rows, rows packed as
+``train.packing`` packs them, the linear layers' matrix products alone), at float32 or under
+CPU bf16 autocast. Imported in both venvs: rlkit's and ``bench/.venv-trlx``."""
 
 from __future__ import annotations
 
 import statistics
+from contextlib import nullcontext
 import time
 from pathlib import Path
 from typing import Any
@@ -65,22 +67,66 @@ def bare_model(model_config: dict[str, Any], seed: int):
     return transformers.GPT2LMHeadModel(config).train()
 
 
-def bare_step(model, opt, input_ids, attention_mask) -> dict[str, float]:
-    """Forward, token cross-entropy, backward, optimizer step; CPU seconds of each part."""
+def precision(bf16: bool):
+    """The forward's context: CPU bf16 autocast (what ``ACCELERATE_MIXED_PRECISION=bf16`` gives
+    rlkit's forwards), or float32."""
+    import torch
+
+    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext()
+
+
+def bare_step(model, opt, input_ids, attention_mask, bf16: bool = False) -> dict[str, float]:
+    """Forward, token cross-entropy, backward, optimizer step; CPU seconds of each part, and the loss."""
     import torch.nn.functional as F
 
     clock = time.process_time
     t0 = clock()
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    with precision(bf16):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     labels = input_ids[:, 1:].masked_fill(attention_mask[:, 1:] == 0, -100)
-    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+    loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
     t1 = clock()
     loss.backward()
     t2 = clock()
     opt.step()
     opt.zero_grad(set_to_none=True)
     t3 = clock()
-    return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "total": t3 - t0}
+    return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "total": t3 - t0, "loss": loss.item()}
+
+
+def packed_inputs(input_ids, attention_mask, pack_rows, attention_cost: float | None):
+    """The batch as ``train.packing`` feeds the model (``pack_rows``: rlkit_accelerate's, rows in
+    bins, position ids restarting at 0 on every row, no mask): ``(ids, position_ids, keep,
+    labels)`` (K, L), (K, L), (K, L) bool, (M,): the packed positions whose next token the padded
+    step counts, and those tokens (a left-padded row's first token is not counted: no real
+    position precedes it)."""
+    import torch.nn.functional as F
+
+    p = pack_rows(attention_mask, attention_cost)
+    next_ids = F.pad(input_ids[:, 1:], (0, 1))  # (B, T) the token position t predicts
+    counted = p.real & F.pad(attention_mask[:, 1:].bool(), (0, 1))  # (B, T)
+    keep = p.keep(counted)
+    return p.pack(input_ids), p.position_ids, keep, p.pack(next_ids)[keep]
+
+
+def packed_bare_step(model, opt, input_ids, position_ids, keep, labels, bf16: bool = False) -> dict[str, float]:
+    """:func:`bare_step` on packed rows: the LM head at the counted positions only, as rlkit's
+    packed forward runs it (``logits_to_keep``)."""
+    import torch.nn.functional as F
+
+    clock = time.process_time
+    t0 = clock()
+    with precision(bf16):
+        # no cache: transformers reads packed rows from the position ids only without one
+        logits = model(input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep).logits
+    loss = F.cross_entropy(logits.float(), labels)
+    t1 = clock()
+    loss.backward()
+    t2 = clock()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    t3 = clock()
+    return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "total": t3 - t0, "loss": loss.item()}
 
 
 def fused_gelu(model) -> int:
@@ -95,7 +141,7 @@ def fused_gelu(model) -> int:
     return kernels.fuse_activations(model)
 
 
-def linear_matmuls(model):
+def linear_matmuls(model, bf16: bool = False):
     """A function of the token count that runs the model's linear layers' matrix products alone,
     as a training step has them: per layer ``x W`` (forward), ``g W^T`` and ``x^T g``
     (backward), at the layer's shapes (GPT-2's ``Conv1D`` and the tied LM head): the part of a
@@ -110,10 +156,12 @@ def linear_matmuls(model):
         elif isinstance(module, torch.nn.Linear):
             shapes.append((weight.shape[1], weight.shape[0]))
     cache: dict[int, list] = {}
+    dtype = torch.bfloat16 if bf16 else torch.float32  # autocast runs the products in bf16
 
     def run(tokens: int) -> None:
         if tokens not in cache:
-            cache[tokens] = [(torch.randn(tokens, i), torch.randn(i, o), torch.randn(tokens, o)) for i, o in shapes]
+            cache[tokens] = [tuple(torch.randn(*shape, dtype=dtype) for shape in ((tokens, i), (i, o), (tokens, o)))
+                             for i, o in shapes]
         for x, w, g in cache[tokens]:
             x @ w
             g @ w.T
@@ -124,13 +172,14 @@ def linear_matmuls(model):
 
 
 def measure(side_step, batches: list, model_config: dict[str, Any], optimizer: dict[str, Any], fused: bool,
-            pad_id: int, rounds: int, steps: int, seed: int) -> dict[str, Any]:
+            pad_id: int, rounds: int, steps: int, seed: int, bf16: bool = False, pack_rows=None) -> dict[str, Any]:
     """Rounds of ``steps`` steps of each variant, interleaved; per-step CPU seconds.
 
     Variants: the side's step; the bare model as the venv's transformers builds it; the same
     with rlkit's one-kernel GELU (same arithmetic to 5e-7); that on the same rows with an
-    all-ones mask (the attention path a batch without padding takes); and on the real tokens
-    only, packed into full rows."""
+    all-ones mask (the attention path a batch without padding takes); on the real tokens only,
+    packed into full rows; and, given ``pack_rows`` (rlkit's venv), on the rows packed as
+    ``train.packing`` packs them. ``bf16``: every bare forward under CPU bf16 autocast."""
     import torch
 
     inputs = [model_inputs(b, pad_id) for b in batches]
@@ -144,16 +193,21 @@ def measure(side_step, batches: list, model_config: dict[str, Any], optimizer: d
         if name == "fused" and not fused_gelu(model):
             raise SystemExit("walks_floor: no gelu_new module to fuse in the bare model")
         models[name] = (model, torch.optim.AdamW(model.parameters(), **kwargs, **({"fused": True} if fused else {})))
-    plan = {"side step": None, "bare step": ("plain", inputs), "bare, fused GELU": ("fused", inputs),
-            "bare, fused GELU, no mask": ("fused", ones), "bare, fused GELU, unpadded": ("fused", unpadded),
-            "matmuls only": "matmuls"}
-    matmuls = linear_matmuls(models["fused"][0])
+    plan = {"side step": None, "bare step": ("plain", bare_step, inputs), "bare, fused GELU": ("fused", bare_step, inputs),
+            "bare, fused GELU, no mask": ("fused", bare_step, ones),
+            "bare, fused GELU, unpadded": ("fused", bare_step, unpadded)}
+    if pack_rows is not None:  # the bins' width as the engine sizes them (rlkit_accelerate.packing.attention_cost)
+        cost = 1.0 / (6 * models["fused"][0].get_output_embeddings().weight.shape[-1])
+        plan["bare, fused GELU, packed"] = ("fused", packed_bare_step,
+                                            [packed_inputs(ids, mask, pack_rows, cost) for ids, mask in inputs])
+    plan["matmuls only"] = "matmuls"
+    matmuls = linear_matmuls(models["fused"][0], bf16)
     rows = max(ids.shape[0] for ids, _ in inputs)
     full = [i for i, (ids, _) in enumerate(inputs) if ids.shape[0] == rows]  # PPO: 128 rollouts are batches of 100 and 28
     times: dict[str, list[float]] = {v: [] for v in plan}
     parts: dict[str, list[float]] = {"forward": [], "backward": [], "optimizer": []}
-    for name, batch_list in (p for p in plan.values() if isinstance(p, tuple)):
-        bare_step(*models[name], *batch_list[0])  # first-call allocations, off the clock
+    for name, step, batch_list in (p for p in plan.values() if isinstance(p, tuple)):
+        step(*models[name], *batch_list[0], bf16=bf16)  # first-call allocations, off the clock
     matmuls(inputs[full[0]][0].numel())
     for r in range(rounds):
         for variant, how in plan.items():
@@ -164,16 +218,19 @@ def measure(side_step, batches: list, model_config: dict[str, Any], optimizer: d
                     side_step(i) if how is None else matmuls(inputs[i][0].numel())
                     times[variant].append(time.process_time() - start)
                     continue
-                split = bare_step(*models[how[0]], *how[1][i])
+                name, step, batch_list = how
+                split = step(*models[name], *batch_list[i], bf16=bf16)
                 times[variant].append(split.pop("total"))
                 if variant == "bare, fused GELU":
-                    for part, value in split.items():
-                        parts[part].append(value)
+                    for part in parts:
+                        parts[part].append(split[part])
     return {
         "variants": {v: summary_ms(t) for v, t in times.items()},
         "bare_parts": {p: summary_ms(t) for p, t in parts.items()},
         "padding_share": padding_share([inputs[i][1] for i in full]),
         "shapes": sorted({tuple(inputs[i][0].shape) for i in full}),
         "unpadded_shapes": sorted({tuple(unpadded[i][0].shape) for i in full}),
-        "fused_adamw": fused, "torch": torch.__version__,
+        "packed_shapes": sorted({tuple(plan["bare, fused GELU, packed"][2][i][0].shape) for i in full})
+        if pack_rows is not None else [],
+        "fused_adamw": fused, "bf16": bf16, "torch": torch.__version__,
     }

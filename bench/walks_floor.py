@@ -3,6 +3,7 @@ model's own forward + backward + optimizer, at exactly the bench's shapes.
 
     .venv/bin/python bench/walks_floor.py [--cases ilql,sft,walks-ppo] [--rounds 2] [--steps 5]
         [--trlx-python bench/.venv-trlx/bin/python] [--trlx-src DIR] [--walks-start FOLDER] [--json PATH]
+        [--modes fp32-padded,fp32-packed,bf16-padded,bf16-packed]
 
 For each case, worker processes alternate rlkit / trlX (``--rounds`` each, in rlkit's
 ``.venv`` with transformers 5 and in ``bench/.venv-trlx`` with transformers 4.32). A worker
@@ -26,9 +27,16 @@ steps each (CPU time of the process, one thread):
 - ``bare, fused GELU, unpadded``: the batch's real tokens only, packed into full rows of the
   padded length (``floor(real / length)`` rows, no pad): what a step would cost if no position
   were padding.
+- ``bare, fused GELU, packed`` (rlkit's side): the batch's rows packed as ``train.packing``
+  packs them (``rlkit_accelerate.packing.pack_rows``: bins, position ids restarting on every
+  row, no mask, the LM head at the counted positions only): the floor of a packed step.
 - ``matmuls only``: the bare model's linear layers' matrix products alone at the padded batch's
   token count (per layer ``x W``, ``g W^T``, ``x^T g``): a floor under any implementation of
   the same arithmetic (everything else, from layer norms to the optimizer, taken as free).
+
+``--modes`` runs rlkit's worker once per mode, one after another (trlX's stays float32,
+padded): ``packed`` sets ``train.packing: true``, ``bf16`` sets ``ACCELERATE_MIXED_PRECISION=bf16``
+(CPU autocast, docs/config.md) and runs every bare variant under the same autocast.
 
 Only full-size batches are timed (PPO's 128 rollouts make batches of 100 and 28). The table
 gives min and median ms per step, each variant's share of the side's step (medians), and the
@@ -54,7 +62,9 @@ from bare_step import measure, model_inputs  # noqa: E402  (beside this file, in
 
 CASES = ("ilql", "sft", "walks-ppo")
 VARIANTS = ("side step", "bare step", "bare, fused GELU", "bare, fused GELU, no mask", "bare, fused GELU, unpadded",
-            "matmuls only")
+            "bare, fused GELU, packed", "matmuls only")
+MODES = {"fp32-padded": (False, False), "fp32-packed": (False, True), "bf16-padded": (True, False),
+         "bf16-packed": (True, True)}  # rlkit's (bf16, train.packing)
 
 
 class Captured(Exception):
@@ -86,11 +96,18 @@ def captured_trainer(worker, trainer_class: type, spec: dict[str, Any], case: st
     return trainer
 
 
-def rlkit_worker(spec: dict[str, Any], case: str, rounds: int, steps: int) -> dict[str, Any]:
-    """rlkit's trainer as ``walks_rlkit.py`` builds it, captured where ``learn`` starts."""
+def rlkit_worker(spec: dict[str, Any], case: str, rounds: int, steps: int, mode: str = "fp32-padded") -> dict[str, Any]:
+    """rlkit's trainer as ``walks_rlkit.py`` builds it, captured where ``learn`` starts, in
+    ``mode`` (:data:`MODES`)."""
+    bf16, packing = MODES[mode]
+    if bf16:  # read by the engine's Accelerator
+        os.environ["ACCELERATE_MIXED_PRECISION"] = "bf16"
+    if packing:
+        spec["walks"]["overrides"].setdefault(case, {})["train.packing"] = True
     import transformers
 
     import walks_rlkit
+    from rlkit_accelerate.packing import pack_rows
     from rlkit_methods.loop.trainer import RLTrainer
 
     trainer = captured_trainer(walks_rlkit, RLTrainer, spec, case)
@@ -105,9 +122,11 @@ def rlkit_worker(spec: dict[str, Any], case: str, rounds: int, steps: int) -> di
         trainer.iter_count += 1
         trainer.after_optimizer_step()
 
-    result = measure(side_step, batches, model_config_of(config.model.model_path),
-                     optimizer, fused, trainer.tokenizer.pad_token_id, rounds, steps, config.train.seed)
-    return {**result, "side": "rlkit", "transformers": transformers.__version__}
+    result = measure(side_step, batches, model_config_of(config.model.model_path), optimizer, fused,
+                     trainer.tokenizer.pad_token_id, rounds, steps, config.train.seed, bf16=bf16, pack_rows=pack_rows)
+    # what the side step ran as, read back from the trainer
+    ran = {"packing": bool(config.train.packing), "mixed_precision": str(trainer.accelerator.mixed_precision)}
+    return {**result, "side": "rlkit", "mode": mode, "ran": ran, "transformers": transformers.__version__}
 
 
 def trlx_worker(spec: dict[str, Any], case: str, rounds: int, steps: int) -> dict[str, Any]:
@@ -165,14 +184,17 @@ def worker_main(argv: list[str]) -> None:
     p.add_argument("--case", choices=CASES, required=True)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--mode", choices=list(MODES), default="fp32-padded")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     spec = json.loads(Path(args.spec).read_text()) | {"path": args.spec}
     from harness import setup_torch
 
     setup_torch(spec)
-    run = rlkit_worker if args.worker == "rlkit" else trlx_worker
-    result = run(spec, args.case, args.rounds, args.steps)
+    if args.worker == "rlkit":
+        result = rlkit_worker(spec, args.case, args.rounds, args.steps, args.mode)
+    else:
+        result = trlx_worker(spec, args.case, args.rounds, args.steps)
     Path(args.out).write_text(json.dumps(result, indent=1, default=list) + "\n")
 
 
@@ -186,12 +208,10 @@ def floor_rows(case: str, results: dict[str, list[dict[str, Any]]]) -> list[dict
     for side, runs in results.items():
         if not runs:
             continue
-        pooled = {v: [] for v in VARIANTS}
-        for run in runs:
-            for v in VARIANTS:
-                pooled[v].append(run["variants"][v])
+        variants = [v for v in VARIANTS if v in runs[0]["variants"]]  # the packed floor: rlkit's side only
+        pooled = {v: [run["variants"][v] for run in runs] for v in variants}
         side_median = statistics.median(x["median_ms"] for x in pooled["side step"])
-        for v in VARIANTS:
+        for v in variants:
             mins = min(x["min_ms"] for x in pooled[v])
             median = statistics.median(x["median_ms"] for x in pooled[v])
             rows.append({"case": case, "side": side, "variant": v, "min_ms": mins, "median_ms": median,
@@ -207,6 +227,17 @@ def best_ratio(rows: list[dict[str, Any]]) -> float | None:
     trlx = get.get(("trlx", "side step"))
     bare = min((get[k] for k in get if k[0] == "rlkit" and k[1] in ("bare step", "bare, fused GELU")), default=None)
     return trlx / bare if trlx and bare else None
+
+
+def side_modes(text: str, error) -> dict[str, str]:
+    """``--modes`` as {side label: mode}: ``rlkit`` for fp32-padded (the label :func:`best_ratio`
+    reads), ``rlkit <mode>`` for the others."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    if unknown := [m for m in modes if m not in MODES]:
+        error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
+    if not modes:
+        error(f"--modes: name at least one of {', '.join(MODES)}")
+    return {("rlkit" if m == "fp32-padded" else f"rlkit {m}"): m for m in dict.fromkeys(modes)}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -231,18 +262,20 @@ def runner_main(argv: list[str]) -> int:
     p.add_argument("--walks-start", default=None, help="walks-ppo: an SFT export (default: train one)")
     p.add_argument("--no-peer", action="store_true", help="rlkit's side only")
     p.add_argument("--walks-set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--modes", default="fp32-padded", help=f"rlkit's modes, comma-separated: {', '.join(MODES)}")
     p.add_argument("--json", default=str(BENCH / "results" / "walks-floor.json"))
     p.add_argument("--workdir", default=None, help="where the spec, worker logs and results go (default: a new temp folder)")
     args = p.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if unknown := [c for c in cases if c not in CASES]:
         p.error(f"--cases: unknown {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    modes = side_modes(args.modes, p.error)
     # the bench's own defaults for everything its walks spec reads
     bench_args = run.parse_args(["--cases", ",".join(cases), "--threads", "1", "--device", "cpu",
                                  *(f"--walks-set={item}" for item in args.walks_set),
                                  *(["--trlx-src", args.trlx_src] if args.trlx_src else [])])
     env = run.child_env(bench_args)
-    pythons = {"rlkit": sys.executable}
+    pythons = {side: sys.executable for side in modes}
     if not args.no_peer:
         pythons["trlx"], _ = run.ensure_trlx(args.trlx_python, run.trlx_source(args.trlx_src))
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="walks-floor-"))
@@ -259,8 +292,9 @@ def runner_main(argv: list[str]) -> int:
         results: dict[str, list[dict[str, Any]]] = {side: [] for side in pythons}
         for n in range(args.workers):
             for side, python in pythons.items():
-                out = workdir / f"{case}-{side}-{n}.json"
-                argv = [python, str(Path(__file__).resolve()), "--worker", side, "--spec", str(spec_path), "--case", case,
+                out = workdir / f"{case}-{side.replace(' ', '-')}-{n}.json"
+                worker = ["--worker", "trlx"] if side == "trlx" else ["--worker", "rlkit", "--mode", modes[side]]
+                argv = [python, str(Path(__file__).resolve()), *worker, "--spec", str(spec_path), "--case", case,
                         "--rounds", str(args.rounds), "--steps", str(args.steps), "--out", str(out)]
                 load = os.getloadavg()[0]
                 with open(out.with_suffix(".log"), "w") as log:

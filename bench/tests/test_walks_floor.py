@@ -106,3 +106,45 @@ def test_rlkit_worker_times_the_examples_real_batches(tmp_path):
     assert all(rows == 100 and 2 <= length <= 11 for rows, length in rlkit["shapes"])
     assert 0.05 < rlkit["padding_share"] < 0.5
     assert all(rows < 100 for rows, _ in rlkit["unpadded_shapes"])
+
+
+TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 16, "n_head": 2, "vocab_size": 23, "n_positions": 16,
+             "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_packed_bare_step_is_the_padded_steps_arithmetic(bf16):
+    """The packed floor trains on the same tokens as the padded bare step: the same loss and the
+    same gradient (fp32: to rounding; bf16: to bf16's), in bins of the longest row."""
+    from rlkit_accelerate.packing import pack_rows
+
+    ids, mask = right_padded([3, 5, 2, 4], 5)
+    args = bare_step.packed_inputs(ids, mask, pack_rows, 1 / 96)
+    assert args[0].shape == (3, 5) and int(args[2].sum()) == 14 - 4  # one label fewer than tokens per row
+    # left-padded (PPO's queries): the same labels; the padded step would also count each row's
+    # first token, predicted from a pad position
+    shift = [torch.roll(row, int(n)) for row, n in zip(ids, 5 - mask.sum(1))]  # real tokens at the right end
+    left = bare_step.packed_inputs(torch.stack(shift), torch.stack([m.flip(0) for m in mask]), pack_rows, 1 / 96)
+    assert sorted(left[3].tolist()) == sorted(args[3].tolist())
+    steps = {}
+    for name in ("padded", "packed"):
+        model = bare_step.bare_model(TINY_GPT2, 0)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)  # weights move by the gradient itself
+        if name == "padded":
+            got = bare_step.bare_step(model, opt, ids, mask, bf16=bf16)
+        else:
+            got = bare_step.packed_bare_step(model, opt, *args, bf16=bf16)
+        steps[name] = (got["loss"], torch.cat([p.detach().flatten() for p in model.parameters()]))
+    tol = 2e-2 if bf16 else 1e-4
+    assert steps["packed"][0] == pytest.approx(steps["padded"][0], rel=tol)
+    assert torch.allclose(steps["packed"][1], steps["padded"][1], atol=tol)
+
+
+def test_modes_label_rlkit_sides_and_refuse_unknown_ones():
+    def error(message):
+        raise SystemExit(message)
+
+    assert walks_floor.side_modes("fp32-padded, bf16-packed", error) == {"rlkit": "fp32-padded",
+                                                                         "rlkit bf16-packed": "bf16-packed"}
+    with pytest.raises(SystemExit, match="--modes: unknown fp16"):
+        walks_floor.side_modes("fp32-packed,fp16", error)
