@@ -102,8 +102,11 @@ def rlkit_worker(spec: dict[str, Any], case: str, rounds: int, steps: int, mode:
     bf16, packing = MODES[mode]
     if bf16:  # read by the engine's Accelerator
         os.environ["ACCELERATE_MIXED_PRECISION"] = "bf16"
-    if packing:
+    if packing:  # the bench worker reads its spec from the file: a copy with the setting
         spec["walks"]["overrides"].setdefault(case, {})["train.packing"] = True
+        path = Path(tempfile.mkdtemp(prefix="walks-floor-spec-")) / "spec.json"
+        path.write_text(json.dumps({k: v for k, v in spec.items() if k != "path"}))
+        spec = spec | {"path": str(path)}
     import transformers
 
     import walks_rlkit
