@@ -97,15 +97,20 @@ def test_runner_refuses_unknown_cases():
 def test_rlkit_worker_times_the_examples_real_batches(tmp_path):
     out = tmp_path / "floor.json"
     code = walks_floor.runner_main(["--cases", "ilql", "--no-peer", "--rounds", "1", "--steps", "1", "--workers", "1",
-                                    "--walks-set", "train.epochs=1", "--json", str(out), "--workdir", str(tmp_path / "work")])
+                                    "--modes", "fp32-padded,bf16-packed", "--walks-set", "train.epochs=1", "--json", str(out),
+                                    "--workdir", str(tmp_path / "work")])
     report = json.loads(out.read_text())
     rlkit = report["cases"]["ilql"]["runs"]["rlkit"][0]
     assert code == 0 and rlkit["transformers"].startswith("5.")
+    # each mode's side step ran as named: the trainer read back
+    assert rlkit["ran"] == {"packing": False, "mixed_precision": "no"}
+    assert report["cases"]["ilql"]["runs"]["rlkit bf16-packed"][0]["ran"] == {"packing": True, "mixed_precision": "bf16"}
     assert set(rlkit["variants"]) == set(walks_floor.VARIANTS) and all(v["n"] == 1 for v in rlkit["variants"].values())
     # the ILQL example's batches: 100 walks, right-padded to the longest in the batch (<= 11 tokens)
     assert all(rows == 100 and 2 <= length <= 11 for rows, length in rlkit["shapes"])
     assert 0.05 < rlkit["padding_share"] < 0.5
     assert all(rows < 100 for rows, _ in rlkit["unpadded_shapes"])
+    assert all(rows < 100 and length == 11 for rows, length in rlkit["packed_shapes"])  # bins of the longest row
 
 
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 16, "n_head": 2, "vocab_size": 23, "n_positions": 16,
