@@ -73,6 +73,8 @@ def check_steps(side: str, steps: list[dict[str, Any]], batches: list[list[list[
         if (s["rows"], s["tokens"]) != want:
             raise SystemExit(f"sft_vs_trl: {side} step {i} trained {s['rows']} rows / {s['tokens']} tokens, "
                              f"its batch is {want[0]} rows / {want[1]} tokens")
+        if "ids" in s and s["ids"] != [t for row in batch for t in row]:
+            raise SystemExit(f"sft_vs_trl: {side} step {i} trained other tokens than its batch's rows, in order")
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

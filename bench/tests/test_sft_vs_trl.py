@@ -39,6 +39,9 @@ def test_a_step_that_counted_padding_or_lost_a_row_is_refused():
         check_steps("trl", [step(5, 1.0), step(8, 1.0)], BATCHES)  # 4 + 4: the short row padded
     with pytest.raises(SystemExit, match="rlkit step 0 trained 1 rows / 5 tokens"):
         check_steps("rlkit", [step(5, 1.0, rows=1), step(6, 1.0)], BATCHES)
+    shuffled = [dict(step(5, 1.0), ids=[1, 7, 1, 5, 6]), dict(step(6, 1.0), ids=[1, 8, 9, 10, 1, 2])]
+    with pytest.raises(SystemExit, match="trl step 0 trained other tokens than its batch's rows, in order"):
+        check_steps("trl", shuffled, BATCHES)  # the same rows and tokens, in another order
     with pytest.raises(SystemExit, match="rlkit ran 1 steps, the spec has 2 batches"):
         check_steps("rlkit", [step(5, 1.0)], BATCHES)
 
