@@ -126,7 +126,7 @@ def rlkit_side(spec: dict[str, Any]) -> dict[str, Any]:
                    checkpoint_dir=tempfile.mkdtemp(prefix="rlkit-sft-bench-"), packing=True,
                    max_grad_norm=spec["max_grad_norm"], seed=spec["seed"]),
         model=dict(model_path=spec["model"]), tokenizer=dict(tokenizer_path=spec["model"], padding_side="right"),
-        optimizer=dict(kwargs=dict(lr=spec["optimizer"]["lr"], **{k: v for k, v in OPTIMIZER.items()})),
+        optimizer=dict(kwargs=dict(lr=spec["optimizer"]["lr"], **OPTIMIZER)),
     )
     trainer = AccelerateSFTTrainer(config)
     trainer.make_experience([t for t, _ in read_reviews("imdb")[:spec["reviews"]]], spec["seq_length"])
