@@ -74,7 +74,9 @@ def kind_outputs(kind: str, output: Any, batch: Any) -> dict[str, Any]:
         response = get(batch, "response_tensors")
         Q = get(batch, "query_tensors").shape[1]
         # position Q - 1 + t reads the query and response_<t and predicts response_t
-        out = {"logprobs": vocab_parallel_logprobs(logits[:, Q - 1 : -1], response)}  # (B, R)
+        out = {}  # a reward model has no logits (its score head alone)
+        if logits is not None:
+            out["logprobs"] = vocab_parallel_logprobs(logits[:, Q - 1 : -1], response)  # (B, R)
         if heads is not None:
             out["values"] = heads[:, Q - 1 : -1, 0].float()  # (B, R)
         return out

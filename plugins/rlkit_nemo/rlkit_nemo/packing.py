@@ -88,7 +88,7 @@ def trim_output(kind: str, output: Any, trim: Optional[tuple[int, int]]) -> Any:
         return output
     rows, length = trim
     logits, heads = output if isinstance(output, tuple) else (output, None)
-    logits = logits[:rows, :length]
+    logits = logits[:rows, :length] if logits is not None else None  # None: a reward model
     if heads is None:
         return logits
     if kind == "ilql":

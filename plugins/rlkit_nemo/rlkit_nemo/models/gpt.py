@@ -21,6 +21,8 @@ from megatron.core.models.gpt import GPTModel
 from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
 from megatron.core.transformer import TransformerConfig
 
+from rlkit_nemo.models.heads import ScoreHead
+
 
 class HeadedGPTModel(GPTModel):
     """Megatron GPT plus ``heads`` (built by ``make_heads(config, vocab_size)`` on the last stage only)."""
@@ -65,10 +67,12 @@ class HeadedGPTModel(GPTModel):
             hidden_states = hidden_states[-1:]  # (1, B, H): never the (B, T, V / tp) logits
         # the logits stay vocab-parallel: Megatron's inference mode would gather them over TP
         kwargs["inference_context"] = None
-        logits = super()._postprocess(hidden_states=hidden_states, **kwargs)
+        # a reward model reads its score head alone: no output layer over the vocabulary
+        scores_only = self.post_process and isinstance(self.heads, ScoreHead)
+        logits = None if scores_only else super()._postprocess(hidden_states=hidden_states, **kwargs)
         if not self.post_process:
             return logits
-        if self._packed is not None:  # (1, L, V / tp) -> the rows' (B, T, V / tp)
+        if self._packed is not None and logits is not None:  # (1, L, V / tp) -> the rows' (B, T, V / tp)
             from rlkit_nemo.packing import unpack
 
             logits = unpack(logits[0], self._packed)
