@@ -1,9 +1,10 @@
 """What the trainer and a vLLM generator process say to each other (:mod:`rlkit_vllm.process`,
 :mod:`rlkit_vllm.server`), safe across interpreters with different pins on either side.
 
-* Messages: one request, then one reply, over a socket pair. Each is a dict of plain Python
-  values (ints, floats, strings, lists, dicts, bytes) pickled and prefixed by its length: no
-  tensors or numpy arrays, whose pickles depend on the library versions.
+* Messages: one request, then one reply, over a socket pair. Each is a dict of plain values
+  (ints, floats, strings, lists, dicts) as UTF-8 JSON prefixed by its length: nothing that
+  runs code when read (pickle would), and no tensors or numpy arrays, whose forms depend on
+  the library versions on either side.
 * Weights: written whole into one file in shared memory (``/dev/shm`` where there is one), each
   tensor's bytes at an aligned offset, while the engine's iteration runs (a tensor gathered
   from shards is valid only then); the request carries the file's path and a table of
@@ -18,8 +19,8 @@ Requests: ``{"op": "generate", "prompts", "seeds", "gen_kwargs"}`` -> ``{"rows",
 from __future__ import annotations
 
 import mmap
+import json
 import os
-import pickle
 import socket
 import struct
 import tempfile
@@ -35,7 +36,7 @@ class Closed(ConnectionError):
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
-    data = pickle.dumps(message, protocol=4)
+    data = json.dumps(message).encode()  # floats round-trip exactly; -inf log-probs as -Infinity
     sock.sendall(HEADER.pack(len(data)) + data)
 
 
@@ -52,7 +53,7 @@ def _read(sock: socket.socket, size: int) -> bytes:
 
 def receive(sock: socket.socket) -> dict[str, Any]:
     (size,) = HEADER.unpack(_read(sock, HEADER.size))
-    return pickle.loads(_read(sock, size))
+    return json.loads(_read(sock, size))
 
 
 def shm_folder(folder: str | os.PathLike | None = None) -> Path:
