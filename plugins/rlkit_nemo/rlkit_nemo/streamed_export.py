@@ -37,37 +37,13 @@ def shard_bytes(size) -> int:
     raise ConfigError(f"max_shard_size: {size!r} is not a size; give bytes or a string such as '500MB' or '2GiB'")
 
 
-def _gathered(model) -> Iterator[tuple[str, torch.Tensor | None]]:
-    """This stage's tensors by full (TP=1, PP=1) name, one at a time: whole on TP rank 0, None
-    on the other TP ranks (collective over the tensor-parallel group)."""
-    from megatron.core import parallel_state as ps
-
-    from rlkit_nemo.models.sharding import _is_glu_fc1, _layer_offset, _renumber, _tensors
-
-    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
-    group = ps.get_tensor_model_parallel_group()
-    offset = _layer_offset(model)
-    for name, local in _tensors(model).items():
-        value = local.detach()
-        if getattr(local, "tensor_model_parallel", False) and tp > 1:
-            parts = [torch.empty_like(value) for _ in range(tp)] if tp_rank == 0 else None
-            dist.gather(value.contiguous(), parts, dst=dist.get_global_rank(group, 0), group=group)
-            if tp_rank != 0:
-                yield _renumber(name, offset), None
-                continue
-            if _is_glu_fc1(model, name):
-                value = torch.cat([torch.cat([p.chunk(2)[half] for p in parts]) for half in (0, 1)])
-            else:
-                value = torch.cat(parts, dim=local.partition_dim)
-            del parts
-        yield _renumber(name, offset), (value if tp_rank == 0 else None)  # on the model's device
-
-
 def stream_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
     """The model's full tensors in state-dict order (stage by stage), yielded on the main
     process (global rank 0) only. Collective over the model replica of data-parallel rank 0:
     every one of its ranks must run the iterator to its end; other replicas return at once."""
     from megatron.core import parallel_state as ps
+
+    from rlkit_nemo.models.sharding import gathered_tensors
 
     if ps.get_data_parallel_rank() != 0:
         return
@@ -78,7 +54,7 @@ def stream_tensors(model) -> Iterator[tuple[str, torch.Tensor]]:
     device = next(model.parameters()).device
     for sender in range(pp):
         if sender == stage:
-            for name, value in _gathered(model):
+            for name, value in gathered_tensors(model):
                 if value is None:
                     continue
                 if stage == 0:

@@ -10,7 +10,7 @@ It is how converted HF weights enter a parallel model and how a parallel model i
 from __future__ import annotations
 
 import re
-from typing import Dict
+from typing import Dict, Iterator
 
 import torch
 import torch.distributed as dist
@@ -95,6 +95,29 @@ def full_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
     return out
 
 
+def gathered_tensors(model) -> Iterator[tuple[str, torch.Tensor | None]]:
+    """This stage's tensors by full (TP=1, PP=1) name, one at a time: whole on TP rank 0, None
+    on the other TP ranks (collective over the tensor-parallel group)."""
+    ps = parallel_state
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    group = ps.get_tensor_model_parallel_group()
+    offset = _layer_offset(model)
+    for name, local in _tensors(model).items():
+        value = local.detach()
+        if getattr(local, "tensor_model_parallel", False) and tp > 1:
+            parts = [torch.empty_like(value) for _ in range(tp)] if tp_rank == 0 else None
+            dist.gather(value.contiguous(), parts, dst=dist.get_global_rank(group, 0), group=group)
+            if tp_rank != 0:
+                yield _renumber(name, offset), None
+                continue
+            if _is_glu_fc1(model, name):
+                value = torch.cat([torch.cat([p.chunk(2)[half] for p in parts]) for half in (0, 1)])
+            else:
+                value = torch.cat(parts, dim=local.partition_dim)
+            del parts
+        yield _renumber(name, offset), (value if tp_rank == 0 else None)  # on the model's device
+
+
 @torch.no_grad()
 def main_state_dict(model: nn.Module, main: bool):
     """The TP=1, PP=1 state dict on the main process (global rank 0) alone, None elsewhere
@@ -105,25 +128,11 @@ def main_state_dict(model: nn.Module, main: bool):
     ps = parallel_state
     if ps.get_data_parallel_rank() != 0:
         return None
-    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
-    group = ps.get_tensor_model_parallel_group()
-    offset = _layer_offset(model)
-    out = {} if tp_rank == 0 else None
-    for name, local in _tensors(model).items():
-        value = local.detach()
-        if getattr(local, "tensor_model_parallel", False) and tp > 1:
-            parts = [torch.empty_like(value) for _ in range(tp)] if tp_rank == 0 else None
-            dist.gather(value.contiguous(), parts, dst=dist.get_global_rank(group, 0), group=group)
-            if tp_rank != 0:
-                continue
-            if _is_glu_fc1(model, name):
-                value = torch.cat([torch.cat([p.chunk(2)[half] for p in parts]) for half in (0, 1)])
-            else:
-                value = torch.cat(parts, dim=local.partition_dim)
-        if out is not None:
-            out[_renumber(name, offset)] = value.cpu()
-    if tp_rank != 0:
+    if ps.get_tensor_model_parallel_rank() != 0:
+        for _ in gathered_tensors(model):  # the gathers are collective: take part, keep nothing
+            pass
         return None
+    out = {name: value.cpu() for name, value in gathered_tensors(model)}
     pp = ps.get_pipeline_model_parallel_world_size()
     if pp > 1:
         pgroup = ps.get_pipeline_model_parallel_group()
