@@ -27,10 +27,10 @@ def distinct_words(texts: list[str], new_tokens: int) -> list[float]:
     return [len(set(text.split())) / float(new_tokens) for text in texts]
 
 
-def split_variant(variant: str, choices: dict[str, Any]) -> tuple[str, Any]:
+def split_variant(variant: str, choices: dict[str, Any], methods: tuple[str, ...] = METHODS) -> tuple[str, Any]:
     """``"grpo-k2"`` -> ``("grpo", choices["k2"])``; a bad name is one line naming the choices."""
     method, _, setting = variant.partition("-")
-    if method not in METHODS or setting not in choices:
-        names = ", ".join(f"{m}-{s}" for m in METHODS for s in choices)
+    if method not in methods or setting not in choices:
+        names = ", ".join(f"{m}-{s}" for m in methods for s in choices)
         raise SystemExit(f"bench: --variant must be one of {names}, got {variant!r}")
     return method, choices[setting]

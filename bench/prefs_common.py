@@ -16,6 +16,8 @@ import random
 import statistics
 from typing import Any, Sequence
 
+import grpo_common
+
 METHODS = ("reward", "dpo")
 PERTURBED_BLOCKS = 2  # the policy differs from the reference in its top blocks (inside a hydra top of 2)
 PERTURB_SCALE = 0.1  # noise std relative to each tensor's std: log-ratio differences of a few nats
@@ -45,11 +47,7 @@ def make_pairs(reviews: Sequence[tuple[str, int]], n: int, seed: int = 0, prompt
 
 def split_variant(variant: str, choices: dict[str, Any]) -> tuple[str, Any]:
     """``"dpo-k2"`` -> ``("dpo", choices["k2"])``; a bad name is one line naming the choices."""
-    method, _, setting = variant.partition("-")
-    if method not in METHODS or setting not in choices:
-        names = ", ".join(f"{m}-{s}" for m in METHODS for s in choices)
-        raise SystemExit(f"bench: --variant must be one of {names}, got {variant!r}")
-    return method, choices[setting]
+    return grpo_common.split_variant(variant, choices, methods=METHODS)
 
 
 def step_median(seconds: Sequence[float]) -> float:
