@@ -7,6 +7,7 @@ its layout, and a batch on the device; it returns the outputs the method asked f
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Sequence
 
@@ -46,7 +47,13 @@ def _keep_logits(model, keep: int) -> dict[str, int]:
     logits are never read), where the model's forward takes it."""
     inner = getattr(model, "module", model)  # DDP's wrapper
     inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft's
-    return {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(inner.forward).parameters else {}
+    return {"logits_to_keep": keep} if _takes_logits_to_keep(type(inner)) else {}
+
+
+@functools.cache
+def _takes_logits_to_keep(model_class: type) -> bool:
+    """Read once per model class: this runs at every rollout forward."""
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
 
 
 def response_forward(model, unwrapped, batch, want: Sequence[str] = (), *, train: bool) -> dict[str, Any]:
