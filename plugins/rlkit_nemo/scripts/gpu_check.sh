@@ -49,6 +49,20 @@ else
     json install ok "megatron-core already importable"
 fi
 
+# rlkit's methods and backends are found through entry points (group rlkit), which exist only
+# with installed metadata: where this python has none (a bare GPU image), install rlkit's
+# distributions --no-deps into a folder of their own and put it on PYTHONPATH.
+if ! "$PYTHON" -c "import importlib.metadata as m, sys; sys.exit(not {'rlkit_methods', 'rlkit_nemo'} <= {e.name for e in m.entry_points(group='rlkit')})" 2>/dev/null; then
+    SITE=${RLKIT_SITE:-/tmp/rlkit-site}
+    if out=$("$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade \
+            --target "$SITE" . plugins/rlkit_methods plugins/rlkit_accelerate plugins/rlkit_nemo 2>&1); then
+        json install ok "rlkit's distributions installed into $SITE"
+        export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    else
+        json install failed "$(echo "$out" | tail -1)"
+        exit 1
+    fi
+fi
 export PYTHONPATH="$PWD:$PWD/plugins/rlkit_methods:$PWD/plugins/rlkit_nemo${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 timeout --signal=TERM --kill-after=15 "$LIMIT" "$PYTHON" plugins/rlkit_nemo/scripts/gpu_check.py "${ARGS[@]}"
