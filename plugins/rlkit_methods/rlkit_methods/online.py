@@ -53,24 +53,40 @@ class Responses:
         return len(self.outputs)
 
 
+def clocks() -> tuple[float, float]:
+    """(wall, this process's CPU) seconds now."""
+    return time.time(), time.process_time()
+
+
 class PhaseTimer:
-    """Seconds and tokens per rollout phase part, reported as ``time/rollout_<part>`` and
-    ``tokens_per_second/<part>``."""
+    """Seconds and tokens per rollout phase part, reported as ``time/rollout_<part>`` (wall),
+    ``cpu/rollout_<part>`` (this process's CPU seconds, every thread: on a shared machine the
+    figure that measures the work) and ``tokens_per_second/<part>``."""
 
     def __init__(self, parts: tuple[str, ...] = ("generate", "score", "forward")):
         self.seconds = {part: 0.0 for part in parts}
+        self.cpu_seconds = {part: 0.0 for part in parts}
         self.tokens = {"generate": 0, "forward": 0}
 
     @contextmanager
     def time(self, part: str):
-        start = time.time()
+        start, cpu = time.time(), time.process_time()
         try:
             yield
         finally:
             self.seconds[part] += time.time() - start
+            self.cpu_seconds[part] += time.process_time() - cpu
+
+    def add(self, part: str, since: tuple[float, float], tokens: int) -> None:
+        """Count the work since ``since`` (``clocks()`` then) and its tokens towards ``part``."""
+        wall, cpu = clocks()
+        self.seconds[part] += wall - since[0]
+        self.cpu_seconds[part] += cpu - since[1]
+        self.tokens[part] += tokens
 
     def stats(self) -> dict[str, float]:
         stats = {f"time/rollout_{part}": seconds for part, seconds in self.seconds.items()}
+        stats.update({f"cpu/rollout_{part}": seconds for part, seconds in self.cpu_seconds.items()})
         for part, count in self.tokens.items():
             if count:
                 stats[f"tokens_per_second/{part}"] = count / max(self.seconds.get(part, 0.0), 1e-9)
@@ -213,9 +229,8 @@ class OnlineTrainer(RLTrainer):
                          sampler: Callable[..., Samples] | None = None, **kwargs) -> Responses:
         """Sample a collated prompt batch through the generator (:meth:`sample`, or ``sampler``)
         and cut the responses, keeping the generator's log-probs of the kept tokens and its version."""
-        start = time.time()
+        start = clocks()
         generated = (sampler or self.sample)(batch["input_ids"], batch["attention_mask"], **kwargs)
-        seconds = time.time() - start
         width = batch["input_ids"].shape[1]
         prompts = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
         raw = [row[width:].tolist() for row in generated.ids]
@@ -226,8 +241,7 @@ class OnlineTrainer(RLTrainer):
         # a row's kept tokens may run past what the sampler returned only when it has no log-probs
         kept = [logprobs[i, :n] if logprobs is not None and logprobs.shape[1] >= n else None for i, (n, _) in enumerate(cuts)]
         if timer is not None:
-            timer.seconds["generate"] += seconds
-            timer.tokens["generate"] += sum(n for n, _ in cuts)
+            timer.add("generate", start, sum(n for n, _ in cuts))
         return Responses(prompts, outputs, [not ended for _, ended in cuts],
                          [dict(zip(metadata, v)) for v in zip(*metadata.values())] or [{} for _ in prompts], kept,
                          [int(generated.version)] * len(prompts))
@@ -259,12 +273,11 @@ class OnlineTrainer(RLTrainer):
 
     def forward_samples(self, samples: Responses, want: tuple[str, ...], timer: PhaseTimer | None = None) -> dict[str, Any]:
         """The engine's no-grad ``response`` forward on the samples."""
-        start = time.time()
+        start = clocks()
         batch, _ = self.response_batch(samples.prompts, samples.outputs, self.tokenizer.pad_token_id)
         out = self.engine.forward("response", batch, want=want)
         if timer is not None:
-            timer.seconds["forward"] += time.time() - start
-            timer.tokens["forward"] += int(batch["attention_mask"].sum())
+            timer.add("forward", start, int(batch["attention_mask"].sum()))
         return out
 
     # --- the end of a phase ----------------------------------------------------------------------

@@ -38,6 +38,10 @@ def test_trainer_runs_logs_and_checkpoints(method, tmp_path):
     if method == "ppo":
         rollouts = [r for r in records if r["kind"] == "rollout"]
         assert rollouts and all(k in rollouts[0] for k in ("time/rollout_generate", "time/rollout_score", "time/rollout_forward", "tokens_per_second/generate"))
+        # CPU seconds beside wall seconds: sampling does work, so its CPU time is never 0
+        assert all(r["cpu/rollout_generate"] > 0 and "cpu/rollout_forward" in r for r in rollouts)
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert all(any(k.startswith("cpu/generate") and v > 0 for k, v in r.items()) for r in evals), evals[0]
 
 
 def test_a_finished_run_exports_its_model_at_one_path_whatever_total_steps(tmp_path):

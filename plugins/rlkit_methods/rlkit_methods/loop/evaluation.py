@@ -133,9 +133,10 @@ def evaluate(trainer) -> dict[str, Any]:
             torch.manual_seed(trainer.config.train.seed + trainer.engine.process_index)
             extra = {key: value} if key is not None else {}
             suffix = f"@{key}={value}" if key is not None else ""
-            start = time.time()
+            start, cpu = time.time(), time.process_time()
             rows = generate_rows(trainer, extra)
             stats[f"time/generate{suffix}"] = time.time() - start
+            stats[f"cpu/generate{suffix}"] = time.process_time() - cpu
             sweep_stats, rows = score_rows(trainer, rows, suffix)
             stats.update(sweep_stats)
             all_rows += [dict(r, **extra) for r in rows]
