@@ -3,7 +3,8 @@ through rlkit's code (``trainer.sample``) on the same trainer, interleaved round
 threads, in one process per dtype. Runs in the vLLM venv:
 
     OMP_NUM_THREADS=1 .venv-vllm/bin/python bench/vllm_sampling.py [--dtypes float32,bfloat16] [--rounds 3] \
-        [--shapes 32x1x16,8x4x16,32x8x64] [--model smollm2-135m] [--out figures.json]
+        [--shapes 32x1x16,8x4x16,32x8x64] [--model smollm2-135m] [--out figures.json] [--floor] \
+        [--vllm-kwargs '{"enforce_eager": false}']
 
 A shape is prompts x samples per prompt x new tokens, one ``trainer.sample`` call (every row
 samples exactly that many: ``min_new_tokens``; a prompt's samples are adjacent rows, as the
@@ -17,7 +18,9 @@ that dtype); both sides of a shape alternate within it, after one untimed call e
 Each call is timed in wall seconds and in the process's CPU seconds (``time.process_time``:
 every thread, vLLM's included, since it runs in this process): on a shared machine the wall
 figure measures the neighbours, the CPU figure much less so. Medians of the rounds, with
-their spread (min-max) and the load average.
+their spread (min-max) and the load average. ``--floor`` adds each shape's compute floor
+(bench/sampling_floor.py: the call's matrix products alone, same weights and dtype) and the
+most any sampler on those kernels could gain over the engine's (floor / engine).
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def measure(args: argparse.Namespace, dtype: str) -> list[dict]:
     torch.manual_seed(0)
     trainer = build_trainer(args.model, dtype, tempfile.mkdtemp(prefix="rlkit-vllm-bench-"))
     generators = {"engine": trainer.generator,
-                  "vllm": VLLMGenerator(trainer.engine, dtype=dtype, kv_cache_mb=args.kv_cache_mb)}
+                  "vllm": VLLMGenerator(trainer.engine, dtype=dtype, kv_cache_mb=args.kv_cache_mb,
+                                        **json.loads(args.vllm_kwargs))}
     rows = []
     for shape in args.shapes.split(","):
         prompts, group, new_tokens = parse_shape(shape)
@@ -108,6 +112,7 @@ def measure(args: argparse.Namespace, dtype: str) -> list[dict]:
                 figures[side]["cpu"].append(cpu)
         load.append(os.getloadavg()[0])
         row = dict(shape=shape, name=NAMES.get(shape, ""), dtype=dtype, rounds=args.rounds, load_average=load,
+                   prompt_lengths=[int(n) for n in batch["attention_mask"][::group].sum(dim=1)],  # the distinct prompts
                    threads=torch.get_num_threads(),
                    **{f"{side}_{clock}": spread(figures[side][clock]) for side in SIDES for clock in ("wall", "cpu")},
                    raw=figures)
@@ -121,6 +126,26 @@ def measure(args: argparse.Namespace, dtype: str) -> list[dict]:
     return rows
 
 
+def add_floor(rows: list[dict], model: str, dtype: str) -> None:
+    """Each row's compute floor (bench/sampling_floor.py) with the same weights, in this process."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlkit_accelerate.assets import resolve
+    from sampling_floor import floor_seconds, linear_weights
+
+    weights = linear_weights(AutoModelForCausalLM.from_pretrained(str(resolve(model)), dtype=getattr(torch, dtype)))
+    for row in rows:
+        prompts, group, new_tokens = parse_shape(row["shape"])
+        floor = floor_seconds(weights, row["prompt_lengths"], group, new_tokens)
+        row["floor_cpu"] = prompts * group * new_tokens / floor["total_s"]  # tokens per CPU second
+        # what the floor leaves any sampler on these kernels: at most this many times the engine
+        row["engine_bound"] = row["floor_cpu"] / row["engine_cpu"]["median"]
+        print(f"{row['shape']:>8} {dtype:>8}  floor {row['floor_cpu']:.1f} CPU tok/s: engine at "
+              f"{row['engine_cpu']['median'] / row['floor_cpu']:.2f} of it, vLLM at {row['vllm_cpu']['median'] / row['floor_cpu']:.2f}",
+              flush=True)
+
+
 def line(row: dict) -> str:
     def fig(side, clock):
         s = row[f"{side}_{clock}"]
@@ -130,7 +155,9 @@ def line(row: dict) -> str:
             f"x{row['ratio_wall']['of_medians']:.2f}  |  CPU tok/s: engine {fig('engine', 'cpu')} vllm {fig('vllm', 'cpu')} "
             f"x{row['ratio_cpu']['of_medians']:.2f} ({row['ratio_cpu']['min']:.2f}-{row['ratio_cpu']['max']:.2f})  "
             f"[{row['rounds']} rounds, load {row['load_average'][0]:.2f}->{row['load_average'][1]:.2f}, "
-            f"{row['threads']} thread(s)]")
+            f"{row['threads']} thread(s)]"
+            + (f"  floor {row['floor_cpu']:.1f} CPU tok/s (any sampler <= x{row['engine_bound']:.2f} the engine)"
+               if "floor_cpu" in row else ""))
 
 
 def main() -> None:
@@ -140,20 +167,25 @@ def main() -> None:
     parser.add_argument("--shapes", default=SHAPES)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kv-cache-mb", type=int, default=1024)
+    parser.add_argument("--vllm-kwargs", default="{}", help='JSON: more vLLM generator settings, e.g. {"enforce_eager": false}')
+    parser.add_argument("--floor", action="store_true", help="also time each shape's compute floor (bench/sampling_floor.py)")
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     parser.add_argument("--one-dtype", default=None, help=argparse.SUPPRESS)  # a child process's dtype
     args = parser.parse_args()
     for shape in args.shapes.split(","):
         parse_shape(shape)
     if args.one_dtype:
+        rows = measure(args, args.one_dtype)
+        if args.floor:
+            add_floor(rows, args.model, args.one_dtype)
         with open(args.out, "w") as f:
-            json.dump(measure(args, args.one_dtype), f)
+            json.dump(rows, f)
         return
     rows = []
     for dtype in args.dtypes.split(","):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             argv = [sys.executable, __file__, "--one-dtype", dtype, "--model", args.model, "--shapes", args.shapes,
-                    "--rounds", str(args.rounds), "--kv-cache-mb", str(args.kv_cache_mb), "--out", out.name]
+                    "--rounds", str(args.rounds), "--kv-cache-mb", str(args.kv_cache_mb), "--vllm-kwargs", args.vllm_kwargs, "--out", out.name] + ["--floor"] * args.floor
             subprocess.run(argv, check=True)
             rows += json.load(open(out.name))
     print(f"\nOMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, load average now {os.getloadavg()[0]:.2f}")

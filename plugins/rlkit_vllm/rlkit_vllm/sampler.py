@@ -140,6 +140,9 @@ class VLLMSampler:
         positions = config.get("max_position_embeddings") or config.get("n_positions")
         if positions:  # vLLM refuses a KV cache that cannot hold one sequence of max_model_len
             llm_kwargs.setdefault("max_model_len", min(int(positions), MAX_MODEL_LEN))
+        # eager by default: vLLM's torch.compile warm-up costs minutes on CPU at every start;
+        # generator_kwargs {enforce_eager: false} turns it on
+        llm_kwargs.setdefault("enforce_eager", True)
         if sleep and not torch.cuda.is_available():
             raise RlkitError("train.generator_kwargs.sleep: vLLM's sleep mode needs a GPU; remove it on CPU")
         for logger in map(logging.getLogger, QUIETED):
@@ -147,7 +150,7 @@ class VLLMSampler:
                 logger.addFilter(Quiet())
         set_num_threads = torch.set_num_threads  # vLLM's CPU worker disables it for the whole process
         try:
-            self.llm = LLM(model=str(folder), skip_tokenizer_init=True, dtype=dtype, enforce_eager=True,
+            self.llm = LLM(model=str(folder), skip_tokenizer_init=True, dtype=dtype,
                            logprobs_mode="raw_logprobs", kv_cache_memory_bytes=int(kv_cache_mb) << 20,
                            enable_sleep_mode=bool(sleep), **llm_kwargs)
         finally:

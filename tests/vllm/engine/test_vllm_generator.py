@@ -196,3 +196,29 @@ def test_a_ppo_run_with_a_value_head_starts_vllm_and_samples_through_it(tmp_path
         trainer.generator.close()
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
+
+
+def test_vllm_runs_eager_unless_the_generator_kwargs_turn_compilation_on(tmp_path, monkeypatch):
+    """torch.compile's warm-up costs minutes on CPU at each start, so eager is the default; a
+    user's ``enforce_eager: false`` reaches vLLM (compiled decode: bench/vllm_sampling.py)."""
+    import json
+
+    import vllm
+
+    from rlkit_vllm.sampler import VLLMSampler
+
+    (tmp_path / "config.json").write_text(json.dumps({"dtype": "float32", "n_positions": 32}))
+    seen = []
+
+    class Started(Exception):
+        pass
+
+    def recording_llm(**kwargs):
+        seen.append(kwargs)
+        raise Started
+
+    monkeypatch.setattr(vllm, "LLM", recording_llm)
+    for kwargs in ({}, {"enforce_eager": False}):
+        with pytest.raises(Started):
+            VLLMSampler(tmp_path, **kwargs)
+    assert [k["enforce_eager"] for k in seen] == [True, False]
