@@ -27,6 +27,14 @@ def test_the_same_config_and_a_longer_run_resume(tmp_path, rlkit_host):
     folder = saved_checkpoint(tmp_path, rlkit_host)
     check_resume_config(folder, load_config(SFT, TINY))
     check_resume_config(folder, load_config(SFT, {**TINY, "train.total_steps": 999, "train.eval_interval": 3}))
+    # the same batches laid out otherwise (packed bins, micro-batches by a token budget) train the same
+    check_resume_config(folder, load_config(SFT, {**TINY, "train.packing": True, "train.minibatch_tokens": 512}))
+
+
+def test_a_changed_learning_setting_is_still_refused_beside_a_layout_change(tmp_path, rlkit_host):
+    folder = saved_checkpoint(tmp_path, rlkit_host)
+    with pytest.raises(ConfigError, match=r"differs from .* in what changes the run: train.seq_length: 7 \(checkpoint: "):
+        check_resume_config(folder, load_config(SFT, {**TINY, "train.packing": True, "train.seq_length": 7}))
 
 
 @pytest.mark.parametrize("change, expected", [

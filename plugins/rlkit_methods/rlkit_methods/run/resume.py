@@ -8,8 +8,8 @@
 * Every other setting that changes the run (the optimizer, the schedule, lengths, the
   reward, the tokenizer, ...) must match too, unless ``train.resume_config_changes: allow``
   says the change is intended: one line names each differing key with both values. What only
-  says how long to train, where to write, or how to report, and which generator samples the
-  policy (:data:`MAY_CHANGE`), may differ.
+  says how long to train, where to write, or how to report, which generator samples the
+  policy, and how a batch is laid out (packing, a token budget) (:data:`MAY_CHANGE`), may differ.
   A checkpoint without ``config.yml`` cannot be checked and is refused the same way.
 * :func:`steps_left`: a checkpoint already at ``train.total_steps`` has nothing left to train;
   the loop must not take one more step.
@@ -53,6 +53,11 @@ MAY_CHANGE = (
     # which sampler draws from the policy, not what is trained: a run whose generator process died
     # may resume on the engine's own sampler, or move vLLM to another device (the draws differ)
     "train.generator", "train.generator_kwargs",
+    # how the same batch is laid out for the engine, not what it trains: rows packed into bins
+    # and micro-batches cut by a token budget give the padded step's loss (within float
+    # tolerance, tests/accelerate/trainers/test_trainer_packing.py, test_trainer_token_budget.py),
+    # so a run may resume with them on another machine's memory
+    "train.packing", "train.minibatch_tokens",
 )
 SWITCH = "train.resume_config_changes=allow"
 
