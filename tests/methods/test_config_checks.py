@@ -23,6 +23,9 @@ def after_the_sft_examples(tmp_path, monkeypatch):
     clone = tmp_path / "clone"  # beside what a test writes to tmp_path
     for name in ("randomwalks_sft", "randomwalks_t5_sft", "nemo_randomwalks_sft"):
         (clone / "ckpts" / name / "hf_model").mkdir(parents=True)
+    # and the preference chain's pairs and reward model (examples/preferences/chain.py's stages 1 and 2)
+    (clone / "runs" / "prefs" / "rm" / "hf_model").mkdir(parents=True)
+    (clone / "runs" / "prefs" / "pairs.jsonl").write_text("")
     (clone / "examples").symlink_to(ROOT / "examples")  # the configs' own relative paths
     monkeypatch.chdir(clone)
 
@@ -61,6 +64,28 @@ def test_an_inline_model_mapping_with_right_keys_and_aliases_passes(rlkit_host, 
 def test_every_example_passes_the_checks(path, rlkit_host):
     config = load_config(path)
     assert check_config(config, rlkit_host.registry, rlkit_host.hook) == []
+
+
+def test_files_an_earlier_stage_writes_are_checked_before_a_model_loads(rlkit_host, capsys):
+    """The reward model loads at the first rollout's scoring: without the check a PPO run on a
+    missing one loads the policy and samples before it stops."""
+    Path("runs/prefs/pairs.jsonl").unlink()
+    Path("runs/prefs/rm/hf_model").rmdir()
+    prefs = ROOT / "examples" / "preferences"
+    code, lines = validate(capsys, prefs / "dpo_smollm2.yml")
+    assert code == 2 and lines == ["error: data.samples.kwargs.path: 'runs/prefs/pairs.jsonl' not found (pipeline "
+                                   "preference_pairs); make it first (the step that writes it), or point the path at an "
+                                   "existing file"], lines
+    code, lines = validate(capsys, prefs / "ppo_rm_smollm2.yml")
+    assert code == 2 and lines == ["error: reward.kwargs.path: 'runs/prefs/rm/hf_model' not found (reward reward_model); "
+                                   "train the reward model first (its run exports one), or point the path at a "
+                                   "sequence-classifier folder"], lines
+    # a hub id is not a local path: it may load where the hub is reachable
+    code, lines = validate(capsys, prefs / "ppo_rm_smollm2.yml", "reward.kwargs.path=org/reward-model")
+    assert code == 0, lines
+    code, lines = validate(capsys, SFT, "data.samples={pipeline: logged_completions, kwargs: {path: logs/rows.jsonl}}")
+    assert code == 2 and lines[0].startswith("error: data.samples.kwargs.path: 'logs/rows.jsonl' not found "
+                                             "(pipeline logged_completions)"), lines
 
 
 def test_train_from_python_refuses_a_typo_in_an_inline_model_mapping_before_loading(rlkit_host, tmp_path):

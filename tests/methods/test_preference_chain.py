@@ -33,6 +33,12 @@ def load_script(name: str):
 @pytest.mark.parametrize("name", YAMLS)
 def test_the_chain_yamls_validate(name, rlkit_host, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # a fresh clone: no stage has run yet
+    # the reward model's run needs stage 1's pairs, PPO stage 2's model: validate names what is missing
+    needs = {"rm_smollm2.yml": "pairs.jsonl", "dpo_smollm2.yml": "pairs.jsonl", "ppo_rm_smollm2.yml": "rm/hf_model"}[name]
+    assert main(["config", "validate", str(CHAIN / name)]) == 2
+    assert f"runs/prefs/{needs}' not found" in capsys.readouterr().err
+    (tmp_path / "runs" / "prefs" / "rm" / "hf_model").mkdir(parents=True)  # as after the stages before
+    (tmp_path / "runs" / "prefs" / "pairs.jsonl").write_text("")
     assert main(["config", "validate", str(CHAIN / name)]) == 0, capsys.readouterr().err
 
 

@@ -27,6 +27,35 @@ def check_config(config) -> list[str]:
         errors += generation_values(f"method.{section}", getattr(config.method, section, None) or {})
     errors += class_kwargs("optimizer", config.optimizer.name, config.optimizer.kwargs, skip=1)
     errors += class_kwargs("scheduler", config.scheduler.name, config.scheduler.kwargs, skip=1)
+    errors += missing_paths(config)
+    return errors
+
+
+# the pipelines that read a local file or saved folder (``kwargs.path``)
+LOCAL_PIPELINES = ("file", "dataset", "preference_pairs", "logged_completions")
+
+
+def missing_paths(config) -> list[str]:
+    """Files and folders the run reads that are not there: pairs or logged rows a step before
+    was to write, a reward model not trained yet. The reward model loads at the first rollout's
+    scoring, so without this a run would load the policy and sample before it stopped."""
+    from pathlib import Path
+
+    from rlkit_core.preflight import looks_like_a_folder
+
+    errors = []
+    for key in ("prompts", "eval_prompts", "samples"):
+        source = getattr(config.data, key, None)
+        path = (source.kwargs or {}).get("path") if source is not None and source.pipeline in LOCAL_PIPELINES else None
+        if isinstance(path, str) and not Path(path).expanduser().exists():
+            errors.append(f"data.{key}.kwargs.path: {path!r} not found (pipeline {source.pipeline}); make it first "
+                          f"(the step that writes it), or point the path at an existing file")
+    reward = getattr(config, "reward", None)
+    path = (reward.kwargs or {}).get("path") if reward is not None and reward.name == "reward_model" else None
+    # a hub id (org/name) may load where the hub is reachable; a local-looking path must be there
+    if isinstance(path, str) and looks_like_a_folder(path) and not Path(path).expanduser().is_dir():
+        errors.append(f"reward.kwargs.path: {path!r} not found (reward reward_model); train the reward model first "
+                      f"(its run exports one), or point the path at a sequence-classifier folder")
     return errors
 
 
