@@ -2,14 +2,15 @@
 
     python examples/preferences/chain.py [--only STAGE ...] [--overwrite]
 
-1. ``pairs``: pairs.py samples two continuations of each of the main job's 512 prompts and
-   prefers the higher VADER score -> runs/prefs/pairs.jsonl, pairs_eval.jsonl (held out)
+1. ``pairs``: pairs.py samples four continuations of each of 1024 IMDB openings and pairs the
+   best VADER score against the worst, keeping gaps of 0.5 or more -> runs/prefs/pairs.jsonl,
+   pairs_eval.jsonl (held out)
 2. ``reward_model``: rlkit run rm_smollm2.yml -> runs/prefs/rm/hf_model (a sequence classifier)
 3. ``rm_accuracy``: evaluate.py accuracy on pairs_eval.jsonl (through the ``reward_model`` reward)
 4. ``ppo``: rlkit run ppo_rm_smollm2.yml, rewarded by the reward model -> runs/prefs/ppo_rm
 5. ``dpo``: rlkit run dpo_smollm2.yml on the same pairs -> runs/prefs/dpo
 6. ``vader``: evaluate.py vader on SmolLM2, the PPO model and the DPO model: the true VADER of
-   8 sampled continuations of each of the main job's 32 eval prompts
+   16 sampled continuations of each of the main job's 32 eval prompts
 
 Each stage is a child process, run after the one before it; its wall time, CPU time (user +
 system of the child) and the load average before and after are printed and written to

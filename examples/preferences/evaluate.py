@@ -1,6 +1,6 @@
 """The preference chain's evaluations, outside any trainer.
 
-    python examples/preferences/evaluate.py vader MODEL [MODEL ...] [--samples 8] [--out FILE]
+    python examples/preferences/evaluate.py vader MODEL [MODEL ...] [--samples 16] [--out FILE]
     python examples/preferences/evaluate.py accuracy RM_FOLDER PAIRS.jsonl [--out FILE]
 
 ``vader``: the true reward of each model (a folder, or ``smollm2-135m``): ``--samples``
@@ -57,7 +57,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     vader = sub.add_parser("vader", help="true VADER of sampled continuations of the main job's eval prompts")
     vader.add_argument("models", nargs="+")
-    vader.add_argument("--samples", type=int, default=8, help="continuations per eval prompt")
+    vader.add_argument("--samples", type=int, default=16, help="continuations per eval prompt")
     vader.add_argument("--out")
     acc = sub.add_parser("accuracy", help="a reward model's pairwise accuracy on held-out pairs")
     acc.add_argument("rm")

@@ -110,7 +110,19 @@ def test_the_higher_score_is_chosen_and_ties_and_blanks_are_dropped():
         {"prompt": "a", "chosen": " good", "rejected": " bad", "score_chosen": 0.5, "score_rejected": -0.5},
         {"prompt": "b", "chosen": " good", "rejected": " bad", "score_chosen": 0.5, "score_rejected": -0.5},
     ]
-    assert counts == {"prompts": 4, "ties": 1, "blank": 1, "pairs": 2}
+    assert counts == {"prompts": 4, "blank": 1, "ties": 1, "narrow": 0, "pairs": 2}
+
+
+def test_a_prompts_pair_is_its_best_against_its_worst_and_narrow_gaps_are_dropped():
+    pairs = load_script("pairs")
+    scores = {" fine": 0.2, " great": 0.8, " meh": 0.0, " awful": -0.6, " ok": 0.1, " nice": 0.4, "": 0.0}
+    continuations = [[" fine", " great", " meh", " awful"], [" ok", " fine", " meh", " nice"], [" meh", "", " great", " "]]
+    made, counts = pairs.preference_pairs(["a", "b", "c"], continuations, lambda texts: [scores[t] for t in texts],
+                                          min_gap=0.5)
+    assert [(p["prompt"], p["chosen"], p["rejected"]) for p in made] == [("a", " great", " awful"), ("c", " great", " meh")]
+    assert counts == {"prompts": 3, "blank": 0, "ties": 0, "narrow": 1, "pairs": 2}  # b: 0.4 - 0.0 < 0.5
+    kept, _ = pairs.preference_pairs(["b"], continuations[1:2], lambda texts: [scores[t] for t in texts], min_gap=0.4)
+    assert [(p["chosen"], p["rejected"]) for p in kept] == [(" nice", " meh")]  # a gap equal to min_gap is kept
 
 
 def test_the_held_out_split_is_disjoint_seeded_and_sized(tmp_path):
@@ -138,3 +150,23 @@ def test_the_written_pairs_are_the_preference_pairs_sources_rows(tmp_path):
     assert [(r["prompt"], r["chosen"], r["rejected"]) for r in rows] == [("The film", " was great.", " was bad."),
                                                                       ("A", " fine", " awful")]
     assert json.loads((tmp_path / "pairs.jsonl").read_text().splitlines()[0])["score_chosen"] == 0.6
+
+
+def test_reuse_remakes_the_pairs_from_the_kept_samples_without_a_model(tmp_path, monkeypatch, capsys):
+    pairs = load_script("pairs")
+    samples = [{"prompt": f"Review {i}:", "continuations": [" a wonderful, great film", " a terrible, awful mess", " it was",
+                                                         " fine"]} for i in range(10)]
+    samples.append({"prompt": "Flat:", "continuations": [" it was", " a film", " the end", " so"]})
+    pairs.write_jsonl(tmp_path / "samples.jsonl", samples)
+    monkeypatch.setattr(pairs, "load_model", lambda *a: pytest.fail("--reuse must not load a model"))
+    monkeypatch.setattr(sys, "argv", ["pairs.py", "--out", str(tmp_path), "--reuse", "--min-gap", "0.5", "--eval-fraction", "0.2"])
+    pairs.main()
+    counts = json.loads((tmp_path / "pairs.json").read_text())
+    assert {k: counts[k] for k in ("prompts", "ties", "narrow", "pairs", "train", "eval")} == \
+        {"prompts": 11, "ties": 1, "narrow": 0, "pairs": 10, "train": 8, "eval": 2}
+    rows = [json.loads(line) for line in (tmp_path / "pairs.jsonl").read_text().splitlines()]
+    assert {(r["chosen"], r["rejected"]) for r in rows} == {(" a wonderful, great film", " a terrible, awful mess")}
+    monkeypatch.setattr(sys, "argv", ["pairs.py", "--out", str(tmp_path / "none"), "--reuse"])
+    with pytest.raises(SystemExit):
+        pairs.main()
+    assert "samples.jsonl does not exist" in capsys.readouterr().err
