@@ -152,9 +152,11 @@ CASES["reward"] = Case(
         Side("TRL 1.16.0 RewardTrainer", "trl-grpo", "prefs_trl.py", "reward-trl", reference=True),
         Side("rlkit reward model unfrozen=-1", "rlkit", "prefs_rlkit.py", "reward-all"),
         Side("rlkit reward model unfrozen=2", "rlkit", "prefs_rlkit.py", "reward-k2"),
+        Side("rlkit reward model unfrozen=-1 packed", "rlkit", "prefs_rlkit.py", "reward-all-packed"),
     ),
     note="the same pairs as the same token ids (no EOS), margins, fp32; TRL: AutoModelForSequenceClassification, "
-    "every weight trained; rlkit -1: every weight trained, 2: the top two blocks and the final norm",
+    "every weight trained; rlkit -1: every weight trained, 2: the top two blocks and the final norm; "
+    "packed: -1 with train.packing (rows packed into bins, padding-free)",
 )
 CASES["dpo"] = Case(
     "dpo", "DPO optimizer steps (pairs x 2 rows, one micro-batch each)", "step_s", "s", False,

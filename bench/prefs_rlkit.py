@@ -1,7 +1,7 @@
 """Bench worker: rlkit's reward model or DPO through the trainer API, on the same model, pairs,
 batch and settings as ``prefs_trl.py``.
 
-    python bench/prefs_rlkit.py --spec spec.json --out result.json --variant reward-all|reward-k2|dpo-all|dpo-k2|losses
+    python bench/prefs_rlkit.py --spec spec.json --out result.json --variant reward-all|reward-k2|reward-all-packed|dpo-all|dpo-k2|losses
 
 The trainer is the one ``rlkit_core.train`` would build for ``AccelerateRewardModelTrainer`` /
 ``AccelerateDPOTrainer``; ``make_experience`` and ``learn`` are its own. A step is the CPU
@@ -10,6 +10,8 @@ whole step, collation and the step's logging included; evaluation and checkpoint
 are turned off (TRL's side does neither). ``all``: every block trains (DPO: the reference's
 log-probs precomputed once before the first step, timed apart as ``ref_precompute_s``);
 ``k2``: ``num_layers_unfrozen: 2`` (DPO: the hydra reference on the frozen trunk).
+``all-packed``: ``all`` with ``train.packing: true`` (a micro-batch's rows packed into bins,
+padding-free).
 
 ``losses``: the trainer's own loss on one batch of every pair (``train_step`` with lr 0) at
 the weights of ``prefs_common``, for each of ``prefs_common.LOSS_SETTINGS``, with both DPO
@@ -24,10 +26,10 @@ import time
 from harness import peak_rss_bytes, read_spec, setup_torch, worker_args, write_result
 from prefs_common import LOSS_SETTINGS, perturb_top, score_weight, split_variant, step_median
 
-UNFROZEN = {"all": -1, "k2": 2}  # model.num_layers_unfrozen
+VARIANTS = {"all": (-1, False), "k2": (2, False), "all-packed": (-1, True)}  # (model.num_layers_unfrozen, train.packing)
 
 
-def prefs_config(spec: dict, method: str, num_layers_unfrozen: int, workdir: str, **method_fields):
+def prefs_config(spec: dict, method: str, num_layers_unfrozen: int, workdir: str, packing: bool = False, **method_fields):
     """The case's settings as an rlkit config (TRL's field names in ``method``)."""
     from rlkit_methods.preferences.config import default_dpo_config, default_reward_model_config
 
@@ -41,7 +43,7 @@ def prefs_config(spec: dict, method: str, num_layers_unfrozen: int, workdir: str
     return base.evolve(
         train=dict(seq_length=p["max_length"], batch_size=p["batch_pairs"], minibatch_size=None, epochs=1,
                    total_steps=p["steps"], checkpoint_interval=10**9, eval_interval=10**9, checkpoint_dir=workdir,
-                   save_best=False, seed=spec["seed"], tracker=None, max_grad_norm=1.0),
+                   save_best=False, seed=spec["seed"], tracker=None, max_grad_norm=1.0, packing=packing),
         model=dict(model_path=spec["model"], num_layers_unfrozen=num_layers_unfrozen),
         tokenizer=dict(tokenizer_path=spec["model"]),
         optimizer=dict(kwargs=dict(lr=p["lr"], betas=[0.9, 0.999], eps=1e-8, weight_decay=0.0)),
@@ -67,7 +69,7 @@ def quiet(trainer) -> None:
     trainer.save_pretrained = lambda *a, **k: None
 
 
-def run_steps(spec: dict, method: str, unfrozen: int) -> dict:
+def run_steps(spec: dict, method: str, unfrozen: int, packing: bool = False) -> dict:
     p = spec["prefs"]
     pairs = p["pairs"][: p["batch_pairs"] * p["steps"]]
     if method == "reward":
@@ -75,7 +77,7 @@ def run_steps(spec: dict, method: str, unfrozen: int) -> dict:
     else:
         pairs = [{k: pair[k] for k in ("prompt", "chosen", "rejected")} for pair in pairs]
     start = time.process_time()
-    trainer = build_trainer(prefs_config(spec, method, unfrozen, tempfile.mkdtemp(prefix="rlkit-prefs-")))
+    trainer = build_trainer(prefs_config(spec, method, unfrozen, tempfile.mkdtemp(prefix="rlkit-prefs-"), packing=packing))
     trainer.make_experience(pairs, trainer.config.train.seq_length)
     load_s = time.process_time() - start
     quiet(trainer)
@@ -170,8 +172,8 @@ def main() -> None:
     if args.variant == "losses":
         result = check_losses(spec, torch)
     else:
-        method, unfrozen = split_variant(args.variant, UNFROZEN)
-        result = run_steps(spec, method, unfrozen)
+        method, (unfrozen, packing) = split_variant(args.variant, VARIANTS)
+        result = run_steps(spec, method, unfrozen, packing)
     write_result(args.out, {**result, "clock": "cpu", "torch": torch.__version__})
 
 

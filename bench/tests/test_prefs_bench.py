@@ -9,6 +9,7 @@ import pytest
 
 import prefs_common
 import prefs_losses_vs_trl
+import prefs_rlkit
 import run
 from cases import CASES
 
@@ -27,10 +28,11 @@ def test_reward_and_dpo_cases_put_trl_1_16_against_rlkits_options():
         case = CASES[method]
         assert (case.metric, case.higher_is_better, case.reference.env) == ("step_s", False, "trl-grpo")
         assert case.reference.name == f"TRL 1.16.0 {trl_class}" and case.reference.script == "prefs_trl.py"
+        packed = [("prefs_rlkit.py", "reward-all-packed")] if method == "reward" else []
         assert [(s.script, s.variant) for s in case.sides if not s.reference] == \
-            [("prefs_rlkit.py", f"{method}-all"), ("prefs_rlkit.py", f"{method}-k2")]
+            [("prefs_rlkit.py", f"{method}-all"), ("prefs_rlkit.py", f"{method}-k2"), *packed]
     no_peer = run.parse_args(["--cases", "reward,dpo", "--no-peer"]).case_list
-    assert [[s.env for s in c.sides] for c in no_peer] == [["rlkit", "rlkit"], ["rlkit", "rlkit"]]
+    assert [[s.env for s in c.sides] for c in no_peer] == [["rlkit"] * 3, ["rlkit"] * 2]
     with pytest.raises(SystemExit):
         run.parse_args(["--cases", "dpo", "--pref-steps", "1"])  # no step after the warm-up
 
@@ -65,13 +67,16 @@ def test_both_sides_configure_the_same_step(tmp_path):
             assert [theirs["adam_beta1"], theirs["adam_beta2"]] == ours.optimizer.kwargs["betas"]
             assert theirs["weight_decay"] == ours.optimizer.kwargs["weight_decay"] == 0.0
             assert theirs["bf16"] is False and theirs["gradient_checkpointing"] is False and theirs["use_cpu"] is True
-            assert ours.model.num_layers_unfrozen == unfrozen
+            assert ours.model.num_layers_unfrozen == unfrozen and ours.train.packing is False
             if method == "dpo":
                 m = ours.method
                 assert (theirs["beta"], theirs["loss_type"]) == (m.beta, m.loss_type) == (0.1, "sigmoid")
                 assert m.precompute_ref_log_probs is (unfrozen == -1)  # -1: no reference model at all; 2: hydra
             else:
                 assert ours.method.eval_fraction == 0.0 and "beta" not in theirs  # every pair trains, as TRL's
+    packed = prefs_config(spec, "reward", -1, str(tmp_path), packing=True)
+    assert packed.train.packing is True and packed.model.num_layers_unfrozen == -1
+    assert prefs_common.split_variant("reward-all-packed", prefs_rlkit.VARIANTS) == ("reward", (-1, True))
 
 
 def test_reward_pairs_reach_trl_as_rlkits_token_ids():
