@@ -74,7 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="randomwalks cases: the graph and walks both sides learn (default 1000, trlX's example's); "
                         "train.seed (--walks-set) then varies the training alone")
     p.add_argument("--rlkit-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override for rlkit's PPO and generate sides, as `rlkit run --set` (repeatable)")
+                   help="config override for rlkit's PPO, generate and randomwalks sides, as `rlkit run --set` (repeatable)")
+    p.add_argument("--rlkit-mixed-precision", choices=["no", "bf16"], default=None,
+                   help="randomwalks cases: ACCELERATE_MIXED_PRECISION for rlkit's side alone (the peer's accelerate would read the variable too)")
     p.add_argument("--skip-side", action="append", default=[], metavar="NAME",
                    help="leave out the sides whose name contains NAME (repeatable), e.g. one known to fail here")
     p.add_argument("--no-peer", action="store_true", help="rlkit's sides only (to measure an rlkit change quickly; no ratios)")
@@ -321,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = json.loads(PROMPTS.read_text())["prompts"]
     spec = {
         "device": args.device, "dtype": args.dtype, "threads": args.threads, "seed": 0, "profile": args.profile,
-        "rlkit_set": args.rlkit_set,
+        "rlkit_set": args.rlkit_set, "rlkit_mixed_precision": args.rlkit_mixed_precision,
         "model": resolve_model(args.model, rlkit_python, env) if needs_model else None,
         "prompts": [prompts[i % len(prompts)] for i in range(args.batch)],
         "ppo": {"batch_size": args.batch, "new_tokens": args.new_tokens, "ppo_epochs": args.ppo_epochs,

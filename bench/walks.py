@@ -125,39 +125,55 @@ def optimality_figures(stats: dict[str, Any]) -> dict[str, float]:
 
 class EvalClock:
     """Wall and CPU seconds spent inside ``evaluate`` calls (wrapped on the trainer's class, so
-    calls from inside the training loop count), and the number of calls."""
+    calls from inside the training loop count), and the number of calls.
+
+    After ``start()`` (where ``train()`` starts) every call is also recorded in ``evals``: the
+    trainer's step, the process CPU seconds since ``start()`` at the end of the call (training
+    and the evaluations so far, this one included) and its optimality figures; from those the
+    summary reads the CPU time to a figure (``walks_seeds.py --target``)."""
 
     def __init__(self) -> None:
         self.wall = 0.0
         self.cpu = 0.0
         self.calls = 0
+        self.started: float | None = None
+        self.evals: list[dict[str, Any]] = []
 
-    def timed(self, fn):
+    def start(self) -> None:
+        self.started = time.process_time()
+
+    def timed(self, fn, step_of):
         def timed(*args, **kwargs):
             wall, cpu = time.perf_counter(), time.process_time()
+            stats = None
             try:
-                return fn(*args, **kwargs)
+                stats = fn(*args, **kwargs)
+                return stats
             finally:
                 self.wall += time.perf_counter() - wall
                 self.cpu += time.process_time() - cpu
                 self.calls += 1
+                if self.started is not None and isinstance(stats, dict):
+                    self.evals.append({"step": step_of(args), "cpu_s": time.process_time() - self.started,
+                                       "figures": optimality_figures(stats)})
 
         return timed
 
     def wrap_class(self, cls: type, attr: str = "evaluate") -> None:
         """Time every call of ``cls.attr`` (trlX: the trainers share one ``evaluate``)."""
-        inner = self.timed(getattr(cls, attr))
+        inner = self.timed(getattr(cls, attr), lambda args: getattr(args[0], "iter_count", None))
         setattr(cls, attr, lambda obj, *args, **kwargs: inner(obj, *args, **kwargs))
 
     def wrap_instance(self, obj: Any, attr: str = "evaluate") -> None:
         """Time ``obj.attr`` (rlkit: set from the train-start hook)."""
-        setattr(obj, attr, self.timed(getattr(obj, attr)))
+        setattr(obj, attr, self.timed(getattr(obj, attr), lambda args: getattr(obj, "iter_count", None)))
 
 
 def result(train_wall: float, train_cpu: float, clock: EvalClock, steps: int, batch_size: int,
            figures: dict[str, float], **extra: Any) -> dict[str, Any]:
     """The result both workers write: ``train()`` wall and CPU time, evaluation's share, the
-    training time without evaluation and its throughput, and the post-training figures."""
+    training time without evaluation and its throughput, the post-training figures and the
+    in-training evaluations (``EvalClock.evals``)."""
     train_only_wall = train_wall - clock.wall
     train_only_cpu = train_cpu - clock.cpu
     return {
@@ -165,7 +181,7 @@ def result(train_wall: float, train_cpu: float, clock: EvalClock, steps: int, ba
         "evaluations": clock.calls, "train_wall_s": train_only_wall, "train_cpu_s": train_only_cpu,
         "steps": steps, "samples_per_s": steps * batch_size / train_only_cpu if train_only_cpu > 0 else 0.0,
         "eval_share": clock.wall / train_wall if train_wall > 0 else 0.0, **{f"post/{k}": v for k, v in figures.items()},
-        **extra,
+        "evals": clock.evals, **extra,
     }
 
 

@@ -7,6 +7,7 @@ path (``train_from_config``), evaluation timed apart, then 1000 post-training sa
 from __future__ import annotations
 
 import copy
+import os
 import tempfile
 import time
 
@@ -25,6 +26,7 @@ def main() -> None:
 
     from rlkit_core import hookimpl, load_config
     from rlkit_core.api import max_prompt_length
+    from rlkit_core.config.overrides import parse_sets
     from rlkit_core.run import train_from_config
     from rlkit_methods.rewards.randomwalks import random_walks
     # imported before the clock, as the trlX worker imports trlx (its trainers, transformers,
@@ -32,7 +34,11 @@ def main() -> None:
     from rlkit_accelerate.trainers import AccelerateILQLTrainer, AcceleratePPOTrainer, AccelerateSFTTrainer  # noqa: F401
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  (trlx's modules import both)
 
-    overrides = {**spec["walks"]["overrides"].get(case, {}), "train.checkpoint_dir": tempfile.mkdtemp(prefix="rlkit-bench-walks-")}
+    # run.py --rlkit-set: rlkit's side alone (its recommended settings against trlX's example's)
+    overrides = {**spec["walks"]["overrides"].get(case, {}), **parse_sets(spec.get("rlkit_set") or []),
+                 "train.checkpoint_dir": tempfile.mkdtemp(prefix="rlkit-bench-walks-")}
+    if spec.get("rlkit_mixed_precision"):  # run.py --rlkit-mixed-precision: read by the engine's Accelerator
+        os.environ["ACCELERATE_MIXED_PRECISION"] = spec["rlkit_mixed_precision"]
     seed = task_seed(spec["walks"])  # the graph: every randomwalks source, reward and metric on it
     overrides.update(rlkit_task_overrides(apply_overrides(example_config(case), overrides), seed))
     config = load_config(METHODS_PATH(case), overrides)
@@ -44,9 +50,10 @@ def main() -> None:
             clock.wrap_instance(trainer)  # the loop calls self.evaluate(): the instance attribute wins
 
     wall, cpu = time.perf_counter(), time.process_time()
+    clock.start()
     trainer = train_from_config(config, plugins=[TimeEvaluation()])
     train_wall, train_cpu = time.perf_counter() - wall, time.process_time() - cpu
-    during_training = copy.copy(clock)
+    during_training = copy.deepcopy(clock)  # the post-training evaluate below is not the run's
 
     task = random_walks(seed=seed)
     pipeline = trainer.eval_pipeline
@@ -58,6 +65,7 @@ def main() -> None:
         train_wall, train_cpu, during_training, trainer.iter_count, config.train.batch_size, figures,
         walks=fingerprint(task.walks), eval_prompts=fingerprint(task.eval_prompts), token_ids=fingerprint(tokens),
         vocab_size=len(trainer.tokenizer), torch=torch.__version__,
+        mixed_precision=str(trainer.accelerator.mixed_precision), packing=bool(config.train.packing),
     ))
 
 

@@ -10,12 +10,19 @@ per seed, their mean +- standard error over seeds, and the paired difference rlk
 Each run's JSON is ``DIR/seed-S.json`` and its log ``DIR/seed-S.log``; the summary is printed
 and written to ``DIR/summary.md``. The standard error is the sample standard deviation over
 seeds divided by sqrt(number of seeds); "best" is the highest figure of a run (over the betas).
+
+Time to quality: then, per side, how many seeds reach a figure (``--target``, default trlX's
+mean final figure of the case: ilql best 0.964, sft 0.299) at an in-training evaluation, and
+the mean +- SE of the process CPU seconds from ``train()``'s start to the end of the first such
+evaluation (each worker records every evaluation: ``walks.EvalClock.evals``). rlkit's side can
+run other settings than the peer's: ``-- --rlkit-set train.total_steps=100 --rlkit-mixed-precision bf16``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -27,19 +34,37 @@ sys.path.insert(0, str(BENCH))
 from stats import mean_se  # noqa: E402  (beside this file)
 
 
+def side_label(report: dict[str, Any], case: str, side: str) -> str:
+    """The side's name with what this run set besides train.seed: ``--walks-set`` (both
+    sides), and on rlkit's side ``--rlkit-set`` and ``--rlkit-mixed-precision``."""
+    overrides = dict(report["spec"]["walks"]["overrides"][case])
+    overrides.pop("train.seed", None)
+    settings = [f"{k}={v}" for k, v in sorted(overrides.items())]
+    if side.startswith("rlkit"):
+        settings += list(report["spec"].get("rlkit_set") or [])
+        if report["spec"].get("rlkit_mixed_precision"):
+            settings.append(f"mixed_precision={report['spec']['rlkit_mixed_precision']}")
+    return f"{side} ({', '.join(settings)})" if settings else side
+
+
+def seed_results(report: dict[str, Any], case: str) -> tuple[int, dict[str, dict[str, Any]]]:
+    """(train.seed, {side label: the first finished run's result}) of one run's JSON."""
+    seed = int(report["spec"]["walks"]["overrides"][case].get("train.seed", 1000))
+    sides = {}
+    for side, runs in report["cases"][case]["runs"].items():
+        ok = [r["result"] for r in runs if r.get("error") is None and r.get("result")]
+        if ok:
+            sides[side_label(report, case, side)] = ok[0]
+    return seed, sides
+
+
 def seed_figures(report: dict[str, Any], case: str) -> tuple[int, dict[str, dict[str, float]]]:
     """(train.seed, {side: {figure: value}}) of one run's JSON: the post-training figures
     (``optimality@beta=1``, ...) and ``best``, their maximum."""
-    overrides = dict(report["spec"]["walks"]["overrides"][case])
-    seed = int(overrides.pop("train.seed", 1000))
-    setting = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))  # what else this run set
+    seed, results = seed_results(report, case)
     sides = {}
-    for side, runs in report["cases"][case]["runs"].items():
-        side = f"{side} ({setting})" if setting else side
-        ok = [r["result"] for r in runs if r.get("error") is None and r.get("result")]
-        if not ok:
-            continue
-        figures = {k.split("/", 1)[1]: float(v) for k, v in ok[0].items() if k.startswith("post/")}
+    for side, result in results.items():
+        figures = {k.split("/", 1)[1]: float(v) for k, v in result.items() if k.startswith("post/")}
         if figures:
             figures["best"] = max(figures.values())
         sides[side] = figures
@@ -89,6 +114,55 @@ def summarize(reports: list[dict[str, Any]], case: str = "ilql") -> str:
     return "\n".join(lines)
 
 
+TARGETS = {"ilql": ("best", 0.964), "sft": ("optimality", 0.299)}  # trlX 0.7's mean final figures (docs/benchmarks.md)
+
+
+def figure_value(figures: dict[str, float], figure: str) -> float | None:
+    """``figures[figure]``; ``best`` is the highest of them (over the betas)."""
+    if figure == "best":
+        return max(figures.values()) if figures else None
+    return figures.get(figure)
+
+
+def first_reach(evals: list[dict[str, Any]], figure: str, target: float) -> dict[str, Any] | None:
+    """The first in-training evaluation (``EvalClock.evals``) whose ``figure`` is at least
+    ``target``; None when none is."""
+    for evaluation in evals:
+        value = figure_value(evaluation["figures"], figure)
+        if value is not None and value >= target:
+            return evaluation
+    return None
+
+
+def time_to_target(reports: list[dict[str, Any]], case: str, figure: str, target: float) -> str:
+    """A markdown table, one row per side: how many seeds reach ``figure >= target`` at an
+    in-training evaluation, the mean +- SE over those seeds of the process CPU seconds from
+    ``train()``'s start to the end of that evaluation and its step, each side's ``train()``
+    CPU seconds and post-training figure, and the ratio of each side's mean CPU time to the
+    target to the first side's (the peer's)."""
+    per_side: dict[str, list[dict[str, Any]]] = {}
+    for report in reports:
+        for side, result in seed_results(report, case)[1].items():
+            per_side.setdefault(side, []).append(result)
+    sides = sorted(per_side, key=lambda s: (s.startswith("rlkit"), "(" in s, s))
+    lines = [f"| side | seeds | reach {figure} >= {target} | CPU s to it (mean +- SE) | step (mean) | CPU s of train() | "
+             f"post-training {figure} | CPU s to it / {sides[0] if sides else '-'} |", "|---|---|---|---|---|---|---|---|"]
+    first_mean = None
+    for side in sides:
+        results = per_side[side]
+        reached = [e for e in (first_reach(r.get("evals") or [], figure, target) for r in results) if e is not None]
+        cpu, cpu_se = mean_se([e["cpu_s"] for e in reached])
+        steps, _ = mean_se([float(e["step"]) for e in reached if e.get("step") is not None])
+        train, train_se = mean_se([float(r["cpu_s"]) for r in results if "cpu_s" in r])
+        post = [figure_value({k.split("/", 1)[1]: float(v) for k, v in r.items() if k.startswith("post/")}, figure) for r in results]
+        post_mean, post_se = mean_se([v for v in post if v is not None])
+        first_mean = cpu if first_mean is None else first_mean
+        ratio = f"{cpu / first_mean:.2f}" if math.isfinite(cpu) and math.isfinite(first_mean) and first_mean > 0 else "-"
+        lines.append(f"| {side} | {len(results)} | {len(reached)} | {cpu:.1f} +- {cpu_se:.1f} | {steps:.0f} | "
+                     f"{train:.1f} +- {train_se:.1f} | {post_mean:.3f} +- {post_se:.3f} | {ratio} |")
+    return "\n".join(lines)
+
+
 def run_seeds(seeds: list[int], case: str, jobs: int, out: Path, extra: list[str]) -> list[Path]:
     """One ``bench/run.py --cases CASE --repeats 1 --walks-set train.seed=S`` per seed, at most
     ``jobs`` at once; returns the JSON paths of the runs that finished."""
@@ -126,7 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="bench runs at once (each runs one worker at a time)")
     p.add_argument("--out", default=str(BENCH / "results" / "seeds"), help="folder for each seed's JSON and log")
     p.add_argument("--summarize", nargs="+", metavar="JSON", help="only print the table of these finished runs")
+    p.add_argument("--target", type=float, default=None,
+                   help="the figure's value to time each side to (default: trlX's mean final figure; ilql 0.964, sft 0.299)")
+    p.add_argument("--target-figure", default=None,
+                   help="the in-training figure the target is for: best (highest over the betas), optimality, optimality@beta=100, ...")
     args = p.parse_args(argv)
+    default_figure, default_target = TARGETS.get(args.case, ("best", None))
+    figure, target = args.target_figure or default_figure, args.target if args.target is not None else default_target
     if args.summarize:
         paths = [Path(x) for x in args.summarize]
     else:
@@ -139,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"walks_seeds: {len(seeds) - len(paths)} of {len(seeds)} seeds left no JSON; see their logs", file=sys.stderr)
     if not paths:
         return 1
-    table = summarize([json.loads(Path(x).read_text()) for x in paths], args.case)
+    reports = [json.loads(Path(x).read_text()) for x in paths]
+    table = summarize(reports, args.case)
+    if target is not None:
+        table += "\n\nCPU time to the figure (in-training evaluations):\n\n" + time_to_target(reports, args.case, figure, target)
     print(table)
     if not args.summarize:
         (Path(args.out) / "summary.md").write_text(table + "\n")

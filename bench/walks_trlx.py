@@ -112,6 +112,7 @@ def main() -> None:
     clock = EvalClock()
     clock.wrap_class(AccelerateRLTrainer)
     wall, cpu = time.perf_counter(), time.process_time()
+    clock.start()
     if case == "ilql":
         rewards = metric_fn(walks)["optimality"]
         trainer = trlx.train(samples=pairs, rewards=rewards, eval_prompts=start_letters, metric_fn=metric,
@@ -122,7 +123,7 @@ def main() -> None:
         trainer = trlx.train(reward_fn=lambda samples, **kwargs: metric_fn(samples)["optimality"], prompts=start_letters,
                              eval_prompts=start_letters, metric_fn=metric, config=config)
     train_wall, train_cpu = time.perf_counter() - wall, time.process_time() - cpu
-    during_training = copy.copy(clock)
+    during_training = copy.deepcopy(clock)  # the post-training evaluate below is not the run's
 
     max_prompt_length = config.train.seq_length - config.method.gen_kwargs["max_new_tokens"]
     pipeline = get_pipeline(config.train.pipeline)(post_training_prompts(start_letters), max_prompt_length,
