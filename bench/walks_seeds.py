@@ -163,6 +163,32 @@ def time_to_target(reports: list[dict[str, Any]], case: str, figure: str, target
     return "\n".join(lines)
 
 
+def time_to_target_per_seed(reports: list[dict[str, Any]], case: str, figure: str, target: float) -> str:
+    """A markdown table, one row per seed: each side's first in-training evaluation at or
+    above ``target`` (``step / CPU s``, ``-`` when none is), ``train()``'s CPU seconds and the
+    post-training ``figure``. Sides are numbered in the order of :func:`time_to_target`."""
+    merged: dict[int, dict[str, dict[str, Any]]] = {}
+    for seed, results in (seed_results(r, case) for r in reports):
+        merged.setdefault(seed, {}).update(results)
+    sides = sorted({s for results in merged.values() for s in results}, key=lambda s: (s.startswith("rlkit"), "(" in s, s))
+    header = "| seed | " + " | ".join(f"side {i + 1}: reached at step / CPU s | side {i + 1}: train() CPU s | side {i + 1}: post {figure}"
+                                     for i in range(len(sides))) + " |"
+    lines = [f"side {i + 1}: {side}" for i, side in enumerate(sides)] + ["", header, "|---" * (3 * len(sides) + 1) + "|"]
+    for seed, results in sorted(merged.items()):
+        cells = []
+        for side in sides:
+            result = results.get(side)
+            if result is None:
+                cells += ["-", "-", "-"]
+                continue
+            hit = first_reach(result.get("evals") or [], figure, target)
+            post = figure_value({k.split("/", 1)[1]: float(v) for k, v in result.items() if k.startswith("post/")}, figure)
+            cells += [f"{hit['step']} / {hit['cpu_s']:.1f}" if hit else "-", f"{float(result.get('cpu_s', math.nan)):.1f}",
+                      f"{post:.3f}" if post is not None else "-"]
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def run_seeds(seeds: list[int], case: str, jobs: int, out: Path, extra: list[str]) -> list[Path]:
     """One ``bench/run.py --cases CASE --repeats 1 --walks-set train.seed=S`` per seed, at most
     ``jobs`` at once; returns the JSON paths of the runs that finished."""
@@ -222,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     reports = [json.loads(Path(x).read_text()) for x in paths]
     table = summarize(reports, args.case)
     if target is not None:
-        table += "\n\nCPU time to the figure (in-training evaluations):\n\n" + time_to_target(reports, args.case, figure, target)
+        table += ("\n\nCPU time to the figure (in-training evaluations):\n\n" + time_to_target(reports, args.case, figure, target)
+                  + "\n\n" + time_to_target_per_seed(reports, args.case, figure, target))
     print(table)
     if not args.summarize:
         (Path(args.out) / "summary.md").write_text(table + "\n")

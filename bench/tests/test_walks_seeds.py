@@ -183,3 +183,13 @@ def test_the_eval_clock_records_each_evaluations_step_cpu_time_and_figures():
     assert clock.calls == 2
     assert [(e["step"], e["figures"]) for e in clock.evals] == [(16, {"optimality@beta=1": 0.5})]
     assert 0 <= clock.evals[0]["cpu_s"] < 5
+
+
+def test_time_to_target_per_seed_shows_where_each_side_reached_it():
+    reports = [timed_report(1001, {"trlX 0.7 ILQL": [(0, 2.0, {"b": 0.1}), (16, 20.0, {"b": 0.99})],
+                                   "rlkit ILQL": [(0, 1.0, {"b": 0.1}), (8, 10.5, {"b": 0.98})]}, b=0.97),
+               timed_report(1000, {"trlX 0.7 ILQL": [(0, 2.0, {"b": 0.1})], "rlkit ILQL": [(8, 9.0, {"b": 0.97})]}, b=0.9)]
+    lines = walks_seeds.time_to_target_per_seed(reports, "ilql", "b", 0.964).splitlines()
+    assert lines[:2] == ["side 1: trlX 0.7 ILQL", "side 2: rlkit ILQL"]  # the peer first
+    assert lines[5] == "| 1000 | - | 100.0 | 0.900 | 8 / 9.0 | 100.0 | 0.900 |"  # seeds in order; trlX never reached it
+    assert lines[6] == "| 1001 | 16 / 20.0 | 100.0 | 0.970 | 8 / 10.5 | 100.0 | 0.970 |"
