@@ -139,15 +139,16 @@ def time_to_target(reports: list[dict[str, Any]], case: str, figure: str, target
     in-training evaluation, the mean +- SE over those seeds of the process CPU seconds from
     ``train()``'s start to the end of that evaluation and its step, each side's ``train()``
     CPU seconds and post-training figure, and the ratio of each side's mean CPU time to the
-    target to the first side's (the peer's)."""
+    target, and of its mean ``train()`` CPU time, to the first side's (the peer's)."""
     per_side: dict[str, list[dict[str, Any]]] = {}
     for report in reports:
         for side, result in seed_results(report, case)[1].items():
             per_side.setdefault(side, []).append(result)
     sides = sorted(per_side, key=lambda s: (s.startswith("rlkit"), "(" in s, s))
     lines = [f"| side | seeds | reach {figure} >= {target} | CPU s to it (mean +- SE) | step (mean) | CPU s of train() | "
-             f"post-training {figure} | CPU s to it / {sides[0] if sides else '-'} |", "|---|---|---|---|---|---|---|---|"]
-    first_mean = None
+             f"post-training {figure} | CPU s to it / {sides[0] if sides else '-'}'s | train() CPU s / {sides[0] if sides else '-'}'s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    first_mean = first_train = None
     for side in sides:
         results = per_side[side]
         reached = [e for e in (first_reach(r.get("evals") or [], figure, target) for r in results) if e is not None]
@@ -157,10 +158,15 @@ def time_to_target(reports: list[dict[str, Any]], case: str, figure: str, target
         post = [figure_value({k.split("/", 1)[1]: float(v) for k, v in r.items() if k.startswith("post/")}, figure) for r in results]
         post_mean, post_se = mean_se([v for v in post if v is not None])
         first_mean = cpu if first_mean is None else first_mean
-        ratio = f"{cpu / first_mean:.2f}" if math.isfinite(cpu) and math.isfinite(first_mean) and first_mean > 0 else "-"
+        first_train = train if first_train is None else first_train
         lines.append(f"| {side} | {len(results)} | {len(reached)} | {cpu:.1f} +- {cpu_se:.1f} | {steps:.0f} | "
-                     f"{train:.1f} +- {train_se:.1f} | {post_mean:.3f} +- {post_se:.3f} | {ratio} |")
+                     f"{train:.1f} +- {train_se:.1f} | {post_mean:.3f} +- {post_se:.3f} | {ratio(cpu, first_mean)} | "
+                     f"{ratio(train, first_train)} |")
     return "\n".join(lines)
+
+
+def ratio(value: float, peer: float) -> str:
+    return f"{value / peer:.2f}" if math.isfinite(value) and math.isfinite(peer) and peer > 0 else "-"
 
 
 def time_to_target_per_seed(reports: list[dict[str, Any]], case: str, figure: str, target: float) -> str:

@@ -106,15 +106,16 @@ def test_trlx_state_round_trip_and_the_loss_table():
     assert table.endswith("largest |difference|: step 1 0.0e+00, all steps 1.0e-01")
 
 
-def timed_report(seed, side_evals, case="ilql", rlkit_set=(), **post):
+def timed_report(seed, side_evals, case="ilql", rlkit_set=(), rlkit_cpu=100.0, **post):
     """A bench/run.py JSON whose sides ran these in-training evaluations: {side: [(step, cpu_s,
-    {figure: value}), ...]}; every side's train() took 100 CPU s and ends at ``post``."""
-    def runs(evals):
-        return [{"error": None, "result": {"cpu_s": 100.0, **{f"post/{k}": v for k, v in post.items()},
+    {figure: value}), ...]}; the peer's train() took 100 CPU s, rlkit's ``rlkit_cpu``; both end at ``post``."""
+    def runs(evals, cpu):
+        return [{"error": None, "result": {"cpu_s": cpu, **{f"post/{k}": v for k, v in post.items()},
                                            "evals": [{"step": s, "cpu_s": c, "figures": f} for s, c, f in evals]}}]
 
     return {"spec": {"walks": {"overrides": {case: {"train.seed": seed}}}, "rlkit_set": list(rlkit_set)},
-            "cases": {case: {"runs": {side: runs(evals) for side, evals in side_evals.items()}}}}
+            "cases": {case: {"runs": {side: runs(evals, rlkit_cpu if side.startswith("rlkit") else 100.0)
+                                      for side, evals in side_evals.items()}}}}
 
 
 def test_first_reach_is_the_first_evaluation_at_or_above_the_target():
@@ -131,27 +132,28 @@ def test_first_reach_is_the_first_evaluation_at_or_above_the_target():
 def test_time_to_target_averages_the_seeds_that_reach_it_and_divides_by_the_peers_mean():
     reports = [
         timed_report(1000, {"trlX 0.7 ILQL": [(0, 2.0, {"b": 0.1}), (16, 20.0, {"b": 0.9}), (32, 40.0, {"b": 0.97})],
-                            "rlkit ILQL": [(0, 1.0, {"b": 0.1}), (8, 10.0, {"b": 0.98})]}, rlkit_set=["train.total_steps=50"], b=0.96),
+                            "rlkit ILQL": [(0, 1.0, {"b": 0.1}), (8, 10.0, {"b": 0.98})]}, rlkit_set=["train.total_steps=50"], rlkit_cpu=30.0, b=0.96),
         timed_report(1001, {"trlX 0.7 ILQL": [(0, 2.0, {"b": 0.1}), (16, 20.0, {"b": 0.99})],
                             "rlkit ILQL": [(0, 1.0, {"b": 0.1}), (8, 10.0, {"b": 0.5}), (16, 20.0, {"b": 0.97})]},
-                     rlkit_set=["train.total_steps=50"], b=0.98),
+                     rlkit_set=["train.total_steps=50"], rlkit_cpu=50.0, b=0.98),
         timed_report(1002, {"trlX 0.7 ILQL": [(0, 2.0, {"b": 0.1}), (16, 20.0, {"b": 0.5})],
-                            "rlkit ILQL": [(0, 1.0, {"b": 0.1})]}, rlkit_set=["train.total_steps=50"], b=0.94),
+                            "rlkit ILQL": [(0, 1.0, {"b": 0.1})]}, rlkit_set=["train.total_steps=50"], rlkit_cpu=40.0, b=0.94),
     ]
     rows = walks_seeds.time_to_target(reports, "ilql", "b", 0.964).splitlines()
     assert rows[0].startswith("| side | seeds | reach b >= 0.964 | CPU s to it (mean +- SE) |")
     # trlX: seeds 1000 (40 s, step 32) and 1001 (20 s, step 16) reach it, 1002 does not
-    assert rows[2] == "| trlX 0.7 ILQL | 3 | 2 | 30.0 +- 10.0 | 24 | 100.0 +- 0.0 | 0.960 +- 0.012 | 1.00 |"
-    # rlkit's side is named with its own settings; 10 and 20 s: 15 / 30 = 0.5 of the peer's
-    assert rows[3] == "| rlkit ILQL (train.total_steps=50) | 3 | 2 | 15.0 +- 5.0 | 12 | 100.0 +- 0.0 | 0.960 +- 0.012 | 0.50 |"
+    assert rows[2] == "| trlX 0.7 ILQL | 3 | 2 | 30.0 +- 10.0 | 24 | 100.0 +- 0.0 | 0.960 +- 0.012 | 1.00 | 1.00 |"
+    # rlkit's side is named with its own settings; 10 and 20 s: 15 / 30 = 0.5 of the peer's;
+    # train() 30, 50 and 40 s: 40 / 100
+    assert rows[3] == "| rlkit ILQL (train.total_steps=50) | 3 | 2 | 15.0 +- 5.0 | 12 | 40.0 +- 5.8 | 0.960 +- 0.012 | 0.50 | 0.40 |"
 
 
 def test_a_side_that_never_reaches_the_target_has_no_time_and_no_ratio():
     reports = [timed_report(1000, {"trlX 0.7 SFT": [(0, 1.0, {"optimality": 0.0})], "rlkit SFT": [(0, 1.0, {"optimality": 0.4})]},
                             case="sft", optimality=0.0)]
     rows = walks_seeds.time_to_target(reports, "sft", "optimality", 0.299).splitlines()
-    assert rows[2] == "| trlX 0.7 SFT | 1 | 0 | nan +- nan | nan | 100.0 +- nan | 0.000 +- nan | - |"
-    assert rows[3].startswith("| rlkit SFT | 1 | 1 | 1.0 +- nan | 0 |") and rows[3].endswith("| - |")
+    assert rows[2] == "| trlX 0.7 SFT | 1 | 0 | nan +- nan | nan | 100.0 +- nan | 0.000 +- nan | - | 1.00 |"
+    assert rows[3].startswith("| rlkit SFT | 1 | 1 | 1.0 +- nan | 0 |") and rows[3].endswith("| - | 1.00 |")
 
 
 def test_summarize_adds_the_time_to_the_cases_default_target(tmp_path, capsys):
