@@ -145,5 +145,6 @@ def main() -> None:
     (out / "pairs.json").write_text(json.dumps(counts, indent=1) + "\n")
     print(json.dumps(counts))
 
+
 if __name__ == "__main__":
     main()
