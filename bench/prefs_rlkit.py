@@ -131,7 +131,8 @@ def check_losses(spec: dict, torch) -> dict:
             key = (method, option)
             if key not in trainers:
                 spec_lr0 = {**spec, "prefs": {**spec["prefs"], "lr": 0.0, "batch_pairs": len(pairs)}}
-                config = prefs_config(spec_lr0, method, UNFROZEN[option], tempfile.mkdtemp(prefix="rlkit-prefs-"))
+                unfrozen, packing = VARIANTS[option]
+                config = prefs_config(spec_lr0, method, unfrozen, tempfile.mkdtemp(prefix="rlkit-prefs-"), packing=packing)
                 trainer = build_trainer(config)
                 quiet(trainer)
                 layers = decoder_layers(trainer)
