@@ -25,22 +25,19 @@ import time
 import torch
 
 from prefs_common import prefs_spec
-from sampling_floor import products_seconds
+from prefs_trl import reward_rows
+from sampling_floor import kernels, products_seconds
 
 
 def pair_batch(pairs: list[dict], tokenizer) -> dict[str, torch.Tensor]:
-    """Chosen rows then rejected rows (prompt + completion ids, no EOS: the bench's rule),
-    right-padded, and each pair's margin."""
-    def ids(text: str) -> list[int]:
-        return list(tokenizer(text, add_special_tokens=False).input_ids)
+    """The rows TRL's side trains on (``prefs_trl.reward_rows``: prompt + completion ids, no
+    EOS), chosen rows then rejected rows, right-padded, and each pair's margin."""
+    from rlkit_methods.data.padding import pad
 
-    rows = [ids(p["prompt"]) + ids(p["chosen"]) for p in pairs] + [ids(p["prompt"]) + ids(p["rejected"]) for p in pairs]
-    width = max(map(len, rows))
-    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)
-    attention_mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, row in enumerate(rows):
-        input_ids[i, : len(row)], attention_mask[i, : len(row)] = torch.tensor(row), 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "margin": torch.tensor([p["margin"] for p in pairs])}
+    rows = reward_rows(pairs, tokenizer, margin=True)
+    sequences = [torch.tensor(r) for r in rows["chosen_ids"] + rows["rejected_ids"]]
+    return {"input_ids": pad(sequences, tokenizer.pad_token_id), "attention_mask": pad([torch.ones_like(s) for s in sequences], 0),
+            "margin": torch.tensor(rows["margin"])}
 
 
 def bare_step(model, optimizer, batch: dict[str, torch.Tensor]) -> float:
@@ -79,8 +76,9 @@ def main() -> None:
     step = statistics.median(steps[1:])
     # the products of the same batches: every linear layer (the score head last, one output)
     weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    products = statistics.median(3 * products_seconds(weights, int(b["input_ids"].numel())) for b in batches[1:])
-    packed = statistics.median(3 * products_seconds(weights, int(b["attention_mask"].sum())) for b in batches[1:])
+    choices = kernels(weights)
+    products = statistics.median(3 * products_seconds(weights, int(b["input_ids"].numel()), choices=choices) for b in batches[1:])
+    packed = statistics.median(3 * products_seconds(weights, int(b["attention_mask"].sum()), choices=choices) for b in batches[1:])
     tokens = [int(b["attention_mask"].sum()) for b in batches]
     padded = [int(b["input_ids"].numel()) for b in batches]
     print(f"reward-model step, {args.pairs} pairs ({2 * args.pairs} rows), {statistics.median(tokens)} tokens "

@@ -59,7 +59,8 @@ def products_seconds(weights: list[torch.Tensor], rows: int, *, lm_head_rows: in
     total = 0.0
     with torch.no_grad():
         for i, (w, options) in enumerate(zip(weights, choices)):
-            x = torch.randn(lm_head_rows or rows if i == len(weights) - 1 else rows, w.shape[1], dtype=w.dtype)
+            is_head = i == len(weights) - 1
+            x = torch.randn((lm_head_rows or rows) if is_head else rows, w.shape[1], dtype=w.dtype)
             best = float("inf")
             for multiply in options:
                 multiply(x)  # warms the kernel and its caches, untimed

@@ -58,13 +58,23 @@ def seed_results(report: dict[str, Any], case: str) -> tuple[int, dict[str, dict
     return seed, sides
 
 
+def post_figures(result: dict[str, Any]) -> dict[str, float]:
+    """A run's post-training figures (``post/optimality@beta=1`` -> ``optimality@beta=1``)."""
+    return {k.split("/", 1)[1]: float(v) for k, v in result.items() if k.startswith("post/")}
+
+
+def side_order(side: str) -> tuple[bool, bool, str]:
+    """The peer first, then rlkit's sides, each plain before those with settings."""
+    return side.startswith("rlkit"), "(" in side, side
+
+
 def seed_figures(report: dict[str, Any], case: str) -> tuple[int, dict[str, dict[str, float]]]:
     """(train.seed, {side: {figure: value}}) of one run's JSON: the post-training figures
     (``optimality@beta=1``, ...) and ``best``, their maximum."""
     seed, results = seed_results(report, case)
     sides = {}
     for side, result in results.items():
-        figures = {k.split("/", 1)[1]: float(v) for k, v in result.items() if k.startswith("post/")}
+        figures = post_figures(result)
         if figures:
             figures["best"] = max(figures.values())
         sides[side] = figures
@@ -90,7 +100,7 @@ def summarize(reports: list[dict[str, Any]], case: str = "ilql") -> str:
     for seed, figures in (seed_figures(r, case) for r in reports):
         merged.setdefault(seed, {}).update(figures)
     per_seed = sorted(merged.items())
-    sides = sorted({s for _, fig in per_seed for s in fig}, key=lambda s: (s.startswith("rlkit"), "(" in s, s))
+    sides = sorted({s for _, fig in per_seed for s in fig}, key=side_order)
     figures = sorted({f for _, fig in per_seed for side in fig.values() for f in side}, key=figure_order)
     short = {f: f.replace("optimality@", "").replace("optimality", "opt") for f in figures}
     columns = [(side, f) for side in sides for f in figures]
@@ -144,7 +154,7 @@ def time_to_target(reports: list[dict[str, Any]], case: str, figure: str, target
     for report in reports:
         for side, result in seed_results(report, case)[1].items():
             per_side.setdefault(side, []).append(result)
-    sides = sorted(per_side, key=lambda s: (s.startswith("rlkit"), "(" in s, s))
+    sides = sorted(per_side, key=side_order)
     lines = [f"| side | seeds | reach {figure} >= {target} | CPU s to it (mean +- SE) | step (mean) | CPU s of train() | "
              f"post-training {figure} | CPU s to it / {sides[0] if sides else '-'}'s | train() CPU s / {sides[0] if sides else '-'}'s |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -155,7 +165,7 @@ def time_to_target(reports: list[dict[str, Any]], case: str, figure: str, target
         cpu, cpu_se = mean_se([e["cpu_s"] for e in reached])
         steps, _ = mean_se([float(e["step"]) for e in reached if e.get("step") is not None])
         train, train_se = mean_se([float(r["cpu_s"]) for r in results if "cpu_s" in r])
-        post = [figure_value({k.split("/", 1)[1]: float(v) for k, v in r.items() if k.startswith("post/")}, figure) for r in results]
+        post = [figure_value(post_figures(r), figure) for r in results]
         post_mean, post_se = mean_se([v for v in post if v is not None])
         first_mean = cpu if first_mean is None else first_mean
         first_train = train if first_train is None else first_train
@@ -176,7 +186,7 @@ def time_to_target_per_seed(reports: list[dict[str, Any]], case: str, figure: st
     merged: dict[int, dict[str, dict[str, Any]]] = {}
     for seed, results in (seed_results(r, case) for r in reports):
         merged.setdefault(seed, {}).update(results)
-    sides = sorted({s for results in merged.values() for s in results}, key=lambda s: (s.startswith("rlkit"), "(" in s, s))
+    sides = sorted({s for results in merged.values() for s in results}, key=side_order)
     header = "| seed | " + " | ".join(f"side {i + 1}: reached at step / CPU s | side {i + 1}: train() CPU s | side {i + 1}: post {figure}"
                                      for i in range(len(sides))) + " |"
     lines = [f"side {i + 1}: {side}" for i, side in enumerate(sides)] + ["", header, "|---" * (3 * len(sides) + 1) + "|"]
@@ -188,7 +198,7 @@ def time_to_target_per_seed(reports: list[dict[str, Any]], case: str, figure: st
                 cells += ["-", "-", "-"]
                 continue
             hit = first_reach(result.get("evals") or [], figure, target)
-            post = figure_value({k.split("/", 1)[1]: float(v) for k, v in result.items() if k.startswith("post/")}, figure)
+            post = figure_value(post_figures(result), figure)
             cells += [f"{hit['step']} / {hit['cpu_s']:.1f}" if hit else "-", f"{float(result.get('cpu_s', math.nan)):.1f}",
                       f"{post:.3f}" if post is not None else "-"]
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")

@@ -70,19 +70,19 @@ class PhaseTimer:
 
     @contextmanager
     def time(self, part: str):
-        start, cpu = time.time(), time.process_time()
+        start = clocks()
         try:
             yield
         finally:
-            self.seconds[part] += time.time() - start
-            self.cpu_seconds[part] += time.process_time() - cpu
+            self.add(part, start)
 
-    def add(self, part: str, since: tuple[float, float], tokens: int) -> None:
+    def add(self, part: str, since: tuple[float, float], tokens: int = 0) -> None:
         """Count the work since ``since`` (``clocks()`` then) and its tokens towards ``part``."""
         wall, cpu = clocks()
         self.seconds[part] += wall - since[0]
         self.cpu_seconds[part] += cpu - since[1]
-        self.tokens[part] += tokens
+        if tokens:
+            self.tokens[part] = self.tokens.get(part, 0) + tokens
 
     def stats(self) -> dict[str, float]:
         stats = {f"time/rollout_{part}": seconds for part, seconds in self.seconds.items()}
