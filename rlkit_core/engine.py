@@ -143,7 +143,7 @@ class Engine(Protocol):
         gradients, clips (``train.max_grad_norm``), steps the optimizer and the scheduler.
         Returns the stats averaged over micro-batches and data-parallel ranks, plus
         ``policy/grad_norm``, ``learning_rate_group_<i>``, ``time/forward`` and
-        ``time/backward``.
+        ``time/backward`` (and may add ``cpu/step``: the step's process CPU seconds).
 
         Micro-batches are of items, collated separately: an item the method collates into
         several rows (a DPO or reward-model pair: its chosen and rejected rows) is never cut

@@ -205,6 +205,7 @@ class AccelerateEngine:
         # dropout on while learning (trlX trained in eval mode), in every module: the top's flag
         # says nothing of its submodules (a model from from_pretrained is in eval mode under it)
         self.model.train()
+        cpu = time.process_time()  # the whole step's CPU: wall time is noise on a shared machine
         micro = self._microbatches(list(items), collate)
         stats_sum: dict[str, float] = {}
         forward_time = backward_time = 0.0
@@ -235,6 +236,7 @@ class AccelerateEngine:
         self.scheduler.step()
         stats_sum["time/forward"] = forward_time
         stats_sum["time/backward"] = backward_time
+        stats_sum["cpu/step"] = time.process_time() - cpu
         for group, lr in enumerate(self.scheduler.get_last_lr()):
             stats_sum[f"learning_rate_group_{group}"] = lr
         return stats_sum

@@ -1,0 +1,28 @@
+"""bench/example_settings.py: every shipped example is either timed or named with the reason it
+is not, and the step figures come from the run's metrics file as the engine logs them."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import example_settings
+
+EXAMPLES = Path(example_settings.ROOT) / "examples"
+
+
+def test_every_shipped_example_is_measured_or_says_why_not():
+    shipped = {str(p.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.yml")}
+    listed = {spec["yml"] for spec in example_settings.EXAMPLES.values()} | set(example_settings.NOT_MEASURED)
+    assert shipped == listed
+
+
+@pytest.mark.parametrize("loss_key", example_settings.LOSS_KEYS)
+def test_the_first_step_is_left_out_and_its_loss_kept(tmp_path, loss_key):
+    records = [{"step": 0, "kind": "eval", "time/evaluate": 9.0},
+               {"step": 1, "kind": "train", loss_key: 2.5, "cpu/step": 7.0},
+               {"step": 2, "kind": "train", loss_key: 2.4, "cpu/step": 0.3},
+               {"step": 3, "kind": "train", loss_key: 2.3, "cpu/step": 0.2}]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert example_settings.step_seconds(metrics) == ([0.3, 0.2], 2.5)

@@ -1,0 +1,34 @@
+"""The accelerate engine logs each optimizer step's process CPU seconds (``cpu/step``), the
+figure bench/example_settings.py reads: CPU the step burns counts, time it waits does not."""
+
+from __future__ import annotations
+
+import time
+
+import prefs_setup
+from test_trainer_packing import model_config
+from rlkit_accelerate.trainers import AccelerateDPOTrainer
+
+PAIRS = prefs_setup.walk_pairs(4)
+
+
+def test_a_step_logs_its_cpu_seconds_not_its_waits(tmp_path):
+    config = prefs_setup.config("dpo", tmp_path, train=dict(seq_length=48))
+    config.model.model_path = model_config("gpt2")
+    trainer = AccelerateDPOTrainer(config)
+    trainer.make_experience(PAIRS, 48)
+    trainer.prepare_learning()
+    engine = trainer.engine
+    forward = engine._forward
+
+    def busy_then_idle(*args, **kwargs):
+        start = time.process_time()
+        while time.process_time() - start < 0.2:  # burns 0.2 CPU s
+            pass
+        time.sleep(0.5)  # waits without CPU
+        return forward(*args, **kwargs)
+
+    engine._forward = busy_then_idle
+    stats = engine.step("response", [trainer.store[i] for i in range(len(PAIRS))], trainer.collate, trainer.loss)
+    assert stats["time/forward"] >= 0.7
+    assert 0.2 <= stats["cpu/step"] < 0.6
