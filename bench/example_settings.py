@@ -4,13 +4,14 @@
         [--only sft_randomwalks,ppo_smollm2] [--rounds 2] [--sft-model FOLDER] [--prefs FOLDER]
 
 Each example runs as ``rlkit run <yml> --set train.total_steps=N --set train.packing=<mode>``
-(plus the few ``--set``s in ``EXAMPLES`` that make a start model or data file available or
-shrink the evaluation and the rollout phase: none of them changes a training batch's shape), one
-process at a time, one thread, padded and packed alternating and the order flipped every round.
-The figure is the engine's own ``cpu/step`` (process CPU seconds of the whole optimizer step:
-collate, forward, backward, AdamW) from the run's ``logs/metrics.jsonl``, the first step of
-each run left out (warm-up). Examples whose engine refuses ``train.packing`` (seq2seq) are run
-with it once to record the refusal. Writes ``DIR/results.json`` and each run's output.
+(the NeMo examples under ``--nemo-python``; plus the few ``--set``s in ``EXAMPLES`` that make a
+start model or data file available or shrink the evaluation and the rollout phase: none of them
+changes a training batch's shape), one process at a time, one thread, padded and packed
+alternating and the order flipped every round. The figure is the engine's own ``cpu/step``
+(process CPU seconds of the whole optimizer step: collate, forward, backward, AdamW) from the
+run's ``logs/metrics.jsonl``, the first step of each run left out (warm-up). Examples whose
+engine refuses ``train.packing`` (seq2seq) are run with it once to record the refusal. Writes
+``DIR/results.json`` and each run's output.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "sft_t5_randomwalks": {"yml": "randomwalks/sft_t5_randomwalks.yml", "refused": True},
     "ilql_t5_randomwalks": {"yml": "randomwalks/ilql_t5_randomwalks.yml", "refused": True},
     "ppo_t5_randomwalks": {"yml": "randomwalks/ppo_t5_randomwalks.yml", "refused": True},
+    "nemo_sft_randomwalks": {"yml": "nemo/sft_randomwalks.yml", "steps": 4, "nemo": True},
+    "nemo_ppo_randomwalks": {"yml": "nemo/ppo_randomwalks.yml", "steps": 4, "nemo": True, "sets": SFT_MODEL},
     "sft_chat_smollm2": {"yml": "chat/sft_chat_smollm2.yml", "steps": 4},
     "ppo_smollm2": {"yml": "sentiments/ppo_smollm2.yml", "steps": 4,
                     "sets": {**SMALL_EVAL, "method.num_rollouts": 32}},  # one batch, 4 PPO epochs
@@ -61,8 +64,6 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 # examples this bench does not run, and why (the docs' table says so too)
 NOT_MEASURED = {
     "configs/ppo_trlx_sentiments.yml": "trlX's own config, unchanged on purpose; its model is a hub name",
-    "nemo/sft_randomwalks.yml": "NeMo engine: its packing is checked by test_nemo_packing.py, not timed here",
-    "nemo/ppo_randomwalks.yml": "NeMo engine: its packing is checked by test_nemo_packing.py, not timed here",
 }
 
 
@@ -79,7 +80,8 @@ def run_once(name: str, spec: dict[str, Any], packing: bool, args, tag: str) -> 
     steps = spec.get("steps", 1)
     sets = {"train.total_steps": steps, "train.eval_interval": 10**6, "train.checkpoint_interval": 10**6,
             "train.checkpoint_dir": str(folder), "train.packing": str(packing).lower(), **spec.get("sets", {})}
-    argv = [*rlkit_cli(sys.executable), "run", str(ROOT / "examples" / spec["yml"])]
+    python = args.nemo_python if spec.get("nemo") else sys.executable
+    argv = [*rlkit_cli(python), "run", str(ROOT / "examples" / spec["yml"])]
     for key, value in sets.items():
         argv += ["--set", f"{key}={str(value).format(sft_model=args.sft_model, prefs=args.prefs)}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -120,6 +122,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated example names (default: all)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--sft-model", default="ckpts/randomwalks_sft/hf_model")
+    parser.add_argument("--nemo-python", default=sys.executable, help="the NeMo venv's python, for the nemo examples")
     parser.add_argument("--prefs", default="runs/prefs", help="the preference chain's folder (pairs.jsonl, rm/hf_model)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

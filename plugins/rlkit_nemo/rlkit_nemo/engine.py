@@ -246,6 +246,7 @@ class MegatronEngine:
         from rlkit_nemo.schedule import forward_backward
 
         check_forward_kind(kind)
+        cpu = time.process_time()  # the whole step's CPU: wall time is noise on a shared machine
         parts = split_microbatches(list(items), self.batch_sizes()[1])
         micro = [forwards.to_device(collate(part), self.device) for part in parts]
         counts = [len(part) for part in parts]
@@ -268,6 +269,7 @@ class MegatronEngine:
             out[f"learning_rate_group_{group}"] = lr
         out["time/forward"] = timer.get("forward", 0.0)
         out["time/backward"] = elapsed - out["time/forward"]
+        out["cpu/step"] = time.process_time() - cpu
         return out
 
     def _mean_stats(self, stats: list[dict], counts: Sequence[int]) -> dict[str, float]:
