@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 nice .venv/bin/python bench/example_settings.py --out DIR
         [--only sft_randomwalks,ppo_smollm2] [--rounds 2] [--sft-model FOLDER] [--prefs FOLDER]
+    .venv/bin/python bench/example_settings.py --summarize DIR/results.json [DIR2/results.json ...]
 
 Each example runs as ``rlkit run <yml> --set train.total_steps=N --set train.packing=<mode>``
 (the NeMo examples under ``--nemo-python``; plus the few ``--set``s in ``EXAMPLES`` that make a
@@ -103,10 +104,15 @@ def measure(name: str, spec: dict[str, Any], args) -> dict[str, Any]:
     if spec.get("refused"):
         return {"refused": run_once(name, spec, True, args, "refusal")}
     runs = []
-    for r in range(args.rounds):
+    for r in range(args.start_round, args.start_round + args.rounds):
         for packing in ((False, True) if r % 2 == 0 else (True, False)):
             runs.append(run_once(name, spec, packing, args, f"r{r}-{'packed' if packing else 'padded'}"))
             print(name, runs[-1], flush=True)
+    return summary(runs)
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median ``cpu/step`` of each mode over every run's timed steps, and their ratio."""
     result: dict[str, Any] = {"runs": runs}
     for packing, mode in ((False, "padded"), (True, "packed")):
         seconds = [s for run in runs if run["packing"] == packing for s in run.get("cpu_step", [])]
@@ -116,15 +122,44 @@ def measure(name: str, spec: dict[str, Any], args) -> dict[str, Any]:
     return result
 
 
+def merged(files: list[Path]) -> dict[str, Any]:
+    """Several runs' results.json as one: each example's runs pooled."""
+    results: dict[str, Any] = {}
+    for file in files:
+        for name, r in json.loads(file.read_text()).items():
+            if "refused" in r:
+                results[name] = r
+            else:
+                results[name] = summary(results.get(name, {}).get("runs", []) + r["runs"])
+    return results
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print(f"{'example':24} {'padded s':>9} {'packed s':>9} {'x':>6}  steps timed / mode")
+    for name, r in results.items():
+        if "refused" in r:
+            print(f"{name:24} refused: {r['refused'].get('last_line', r['refused'])}")
+            continue
+        fmt = lambda v: f"{v:9.3f}" if v else f"{'-':>9}"  # noqa: E731
+        timed = [sum(len(run.get("cpu_step", [])) for run in r["runs"] if run["packing"] == p) for p in (False, True)]
+        print(f"{name:24} {fmt(r['padded'])} {fmt(r['packed'])} {r.get('speedup', 0):6.2f}  {timed[0]} / {timed[1]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--only", default="", help="comma-separated example names (default: all)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--start-round", type=int, default=0, help="1: a second round apart, packed first")
     parser.add_argument("--sft-model", default="ckpts/randomwalks_sft/hf_model")
     parser.add_argument("--nemo-python", default=sys.executable, help="the NeMo venv's python, for the nemo examples")
     parser.add_argument("--prefs", default="runs/prefs", help="the preference chain's folder (pairs.jsonl, rm/hf_model)")
+    parser.add_argument("--summarize", type=Path, nargs="+", help="results.json files: print their runs pooled")
     args = parser.parse_args()
+    if args.summarize:
+        return print_table(merged(args.summarize))
+    if args.out is None:
+        raise SystemExit("example_settings: --out DIR is required to run (or --summarize FILES to print)")
     args.out.mkdir(parents=True, exist_ok=True)
     names = [n for n in args.only.split(",") if n] or list(EXAMPLES)
     unknown = [n for n in names if n not in EXAMPLES]
@@ -135,13 +170,7 @@ def main() -> None:
     for name in names:
         results[name] = measure(name, EXAMPLES[name], args)
         results_file.write_text(json.dumps(results, indent=1))
-    print(f"{'example':24} {'padded s':>9} {'packed s':>9} {'x':>6}")
-    for name, r in results.items():
-        if "refused" in r:
-            print(f"{name:24} refused: {r['refused'].get('last_line', r['refused'])}")
-        else:
-            fmt = lambda v: f"{v:9.3f}" if v else f"{'-':>9}"  # noqa: E731
-            print(f"{name:24} {fmt(r['padded'])} {fmt(r['packed'])} {r.get('speedup', 0):6.2f}")
+    print_table(results)
 
 
 if __name__ == "__main__":

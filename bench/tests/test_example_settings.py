@@ -26,3 +26,18 @@ def test_the_first_step_is_left_out_and_its_loss_kept(tmp_path, loss_key):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert example_settings.step_seconds(metrics) == ([0.3, 0.2], 2.5)
+
+
+def test_runs_of_several_result_files_are_pooled_per_mode(tmp_path):
+    def run(packing, seconds):
+        return {"packing": packing, "rc": 0, "cpu_step": seconds}
+
+    first = {"ppo": example_settings.summary([run(False, [3.0, 3.2]), run(True, [1.0])])}
+    second = {"ppo": example_settings.summary([run(True, [2.0, 1.6]), run(False, [2.0])])}
+    files = []
+    for i, results in enumerate((first, second)):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps(results))
+    pooled = example_settings.merged(files)["ppo"]
+    assert (pooled["padded"], pooled["packed"]) == (3.0, 1.6)  # medians of [3.0, 3.2, 2.0] and [1.0, 2.0, 1.6]
+    assert pooled["speedup"] == pytest.approx(3.0 / 1.6)
