@@ -12,7 +12,8 @@ alternating and the order flipped every round. The figure is the engine's own ``
 (process CPU seconds of the whole optimizer step: collate, forward, backward, AdamW) from the
 run's ``logs/metrics.jsonl``, the first step of each run left out (warm-up). Examples whose
 engine refuses ``train.packing`` (seq2seq) are run with it once to record the refusal. Writes
-``DIR/results.json`` and each run's output.
+``DIR/results.json``, each run's output and its ``metrics.jsonl``; the run's folder (its final
+checkpoint) is removed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -91,12 +93,14 @@ def run_once(name: str, spec: dict[str, Any], packing: bool, args, tag: str) -> 
         handle.write(" ".join(argv) + "\n")
         handle.flush()
         rc = subprocess.run(argv, env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT).returncode
-    out: dict[str, Any] = {"packing": packing, "rc": rc, "log": str(log), "run_dir": str(folder)}
+    out: dict[str, Any] = {"packing": packing, "rc": rc, "log": str(log)}
     metrics = folder / "logs" / "metrics.jsonl"
     if rc == 0 and metrics.is_file():
         out["cpu_step"], out["loss"] = step_seconds(metrics)
+        shutil.copy(metrics, args.out / f"{name}-{tag}.metrics.jsonl")
     else:
         out["last_line"] = log.read_text().strip().splitlines()[-1]
+    shutil.rmtree(folder)  # the final checkpoint and export: GBs a SmolLM2 run, of no use here
     return out
 
 
