@@ -1,7 +1,8 @@
 """Padded vs packed training steps of every shipped example, through ``rlkit run`` itself.
 
     OMP_NUM_THREADS=1 nice .venv/bin/python bench/example_settings.py --out DIR
-        [--only sft_randomwalks,ppo_smollm2] [--rounds 2] [--sft-model FOLDER] [--prefs FOLDER]
+        [--only sft_randomwalks,ppo_smollm2] [--rounds 2] [--sft-model FOLDER] [--t5-sft-model FOLDER]
+        [--prefs FOLDER]
     .venv/bin/python bench/example_settings.py --summarize DIR/results.json [DIR2/results.json ...]
 
 Each example runs as ``rlkit run <yml> --set train.total_steps=N --set train.packing=<mode>``
@@ -49,7 +50,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "rft_randomwalks": {"yml": "randomwalks/rft_randomwalks.yml", "steps": 4, "sets": SFT_MODEL},
     "sft_t5_randomwalks": {"yml": "randomwalks/sft_t5_randomwalks.yml", "refused": True},
     "ilql_t5_randomwalks": {"yml": "randomwalks/ilql_t5_randomwalks.yml", "refused": True},
-    "ppo_t5_randomwalks": {"yml": "randomwalks/ppo_t5_randomwalks.yml", "refused": True},
+    "ppo_t5_randomwalks": {"yml": "randomwalks/ppo_t5_randomwalks.yml", "refused": True,
+                           "sets": {"model.model_path": "{t5_sft_model}"}},
     "nemo_sft_randomwalks": {"yml": "nemo/sft_randomwalks.yml", "steps": 4, "nemo": True},
     "nemo_ppo_randomwalks": {"yml": "nemo/ppo_randomwalks.yml", "steps": 4, "nemo": True, "sets": SFT_MODEL},
     "sft_chat_smollm2": {"yml": "chat/sft_chat_smollm2.yml", "steps": 4},
@@ -85,8 +87,9 @@ def run_once(name: str, spec: dict[str, Any], packing: bool, args, tag: str) -> 
             "train.checkpoint_dir": str(folder), "train.packing": str(packing).lower(), **spec.get("sets", {})}
     python = args.nemo_python if spec.get("nemo") else sys.executable
     argv = [*rlkit_cli(python), "run", str(ROOT / "examples" / spec["yml"])]
+    folders = {"sft_model": args.sft_model, "t5_sft_model": args.t5_sft_model, "prefs": args.prefs}
     for key, value in sets.items():
-        argv += ["--set", f"{key}={str(value).format(sft_model=args.sft_model, prefs=args.prefs)}"]
+        argv += ["--set", f"{key}={str(value).format(**folders)}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     log = args.out / f"{name}-{tag}.log"
     with log.open("w") as handle:
@@ -156,6 +159,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--start-round", type=int, default=0, help="1: a second round apart, packed first")
     parser.add_argument("--sft-model", default="ckpts/randomwalks_sft/hf_model")
+    parser.add_argument("--t5-sft-model", default="ckpts/randomwalks_t5_sft/hf_model")
     parser.add_argument("--nemo-python", default=sys.executable, help="the NeMo venv's python, for the nemo examples")
     parser.add_argument("--prefs", default="runs/prefs", help="the preference chain's folder (pairs.jsonl, rm/hf_model)")
     parser.add_argument("--summarize", type=Path, nargs="+", help="results.json files: print their runs pooled")
