@@ -47,7 +47,7 @@ from typing import Any, Sequence
 from rlkit_core.plugins import hookimpl
 
 # statistics that measure the machine, not the step
-SKIPPED_STATS = ("time/",)
+SKIPPED_STATS = ("time/", "cpu/")
 
 
 class _Prepared(Exception):

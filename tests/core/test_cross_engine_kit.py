@@ -29,9 +29,10 @@ def record(loss=1.0, grad=0.5, weight=0.0, **extra_stats):
 
 
 def test_records_agree_within_the_tolerance_over_the_names_both_hold():
-    diffs = compare_records(record(), record(loss=1.0 + 1e-6, weight=2e-6, only_here=7.0), atol=5e-5)
+    diffs = compare_records(record(**{"cpu/step": 1.0}), record(loss=1.0 + 1e-6, weight=2e-6, only_here=7.0, **{"cpu/step": 9.0}),
+                            atol=5e-5)
     assert diffs["stats/1/losses/total_loss"] == pytest.approx(1e-6) and diffs["weights/model.safetensors:w"] == pytest.approx(2e-6)
-    assert "stats/1/only_here" not in diffs and "stats/1/time/forward" not in diffs
+    assert "stats/1/only_here" not in diffs and "stats/1/time/forward" not in diffs and "stats/1/cpu/step" not in diffs
 
 
 def test_a_difference_beyond_the_tolerance_names_the_quantities_largest_first():
