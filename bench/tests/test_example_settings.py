@@ -41,3 +41,15 @@ def test_runs_of_several_result_files_are_pooled_per_mode(tmp_path):
     pooled = example_settings.merged(files)["ppo"]
     assert (pooled["padded"], pooled["packed"]) == (3.0, 1.6)  # medians of [3.0, 3.2, 2.0] and [1.0, 2.0, 1.6]
     assert pooled["speedup"] == pytest.approx(3.0 / 1.6)
+
+
+def test_the_yamls_the_trlx_comparisons_read_keep_the_padded_step():
+    """trlX's TRLConfig drops train.packing (walks.trlx_config), so in these files it would make
+    rlkit's side run packed against trlX's padded: a different arithmetic from the one compared."""
+    import yaml
+
+    import walks
+
+    compared = [walks.EXAMPLES / name for name in walks.METHODS.values()] + [walks.EXAMPLES / "rft_randomwalks.yml"]
+    for path in compared:
+        assert "packing" not in yaml.safe_load(path.read_text())["train"], path.name
