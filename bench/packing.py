@@ -1,5 +1,5 @@
 """Padded vs packed training steps (``train.packing``), at fp32 and under bf16 autocast, in one
-process, the four modes interleaved.
+process, the modes interleaved.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/packing.py [--cases walks-sft,walks-ilql,smollm2-sft]
         [--rounds 3] [--steps 3] [--reviews 256] [--smollm2-batch 8] [--json PATH]
@@ -12,7 +12,9 @@ start; ``smollm2-sft`` is SmolLM2-135M-Instruct SFT on the first ``--reviews`` I
 ``--smollm2-batch``, right-padded). Each case's trainer is built once and its first pass's
 batches taken; the modes switch the engine's packing flag and wrap the step in
 ``torch.autocast("cpu", torch.bfloat16)`` (what ``ACCELERATE_MIXED_PRECISION=bf16`` makes the
-engine do), so all four run on one model.
+engine do), so all run on one model. ``packed`` is the engine's own layout (rows end to end under
+row attention where that pays, else bins: ``rlkit_accelerate/packing.py``); ``bins`` (fp32) forces
+bins, so the two layouts compare on the same work.
 
 Per mode:
 
@@ -40,7 +42,9 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "randomwalks"
-MODES = (("padded", "fp32"), ("packed", "fp32"), ("padded", "bf16"), ("packed", "bf16"))
+# "packed": the engine's layout (the rows end to end under row attention where it pays, else
+# bins); "bins": packed in bins always (row attention off), fp32 only
+MODES = (("padded", "fp32"), ("packed", "fp32"), ("bins", "fp32"), ("padded", "bf16"), ("packed", "bf16"))
 CASES = ("walks-sft", "walks-ilql", "smollm2-sft")
 
 
@@ -119,11 +123,17 @@ def precision(name: str):
     return torch.autocast("cpu", dtype=torch.bfloat16) if name == "bf16" else nullcontext()
 
 
-def first_loss(trainer, items, packing: bool, dtype: str) -> tuple[float, int]:
+def set_layout(engine, packing: str, row_attention: bool) -> None:
+    """The engine's packing for mode ``packing`` (padded, packed, bins)."""
+    engine.packing = packing != "padded"
+    engine.row_attention = row_attention and packing == "packed"
+
+
+def first_loss(trainer, items, packing: str, row_attention: bool, dtype: str) -> tuple[float, int]:
     """The loss of one micro-batch of ``items`` and the bytes its forward saved, at the current
     weights, without dropout (backward run and the gradients dropped: nothing moves)."""
     engine = trainer.engine
-    engine.packing = packing
+    set_layout(engine, packing, row_attention)
     from rlkit_methods.engine_kit import to_device
 
     batch = to_device(trainer.collate(items), engine.device)
@@ -154,8 +164,10 @@ def run_case(trainer, rounds: int, steps: int) -> dict[str, Any]:
     if not getattr(engine, "packing", False):  # built padded: what building with train.packing does
         from rlkit_accelerate.packing import attention_cost, check_packing
 
-        check_packing(engine.unwrapped_model, seq2seq=engine.is_seq2seq, virtual_tokens=engine.virtual_tokens)
+        engine.row_attention = check_packing(engine.unwrapped_model, seq2seq=engine.is_seq2seq,
+                                             virtual_tokens=engine.virtual_tokens)
         engine.attention_cost = attention_cost(engine.unwrapped_model)
+    row_attention = engine.row_attention
     batches = trainer.train_batches(0, 0)
     if len(batches) < steps:
         raise SystemExit(f"packing bench: {len(batches)} batches in a pass; lower --steps")
@@ -164,11 +176,11 @@ def run_case(trainer, rounds: int, steps: int) -> dict[str, Any]:
     mask = mask["attention_mask"] if isinstance(mask, dict) else mask.attention_mask
     figures = {f"{p} {d}": {"samples_per_s": []} for p, d in MODES}
     for packing, dtype in MODES:
-        loss, nbytes = first_loss(trainer, first, packing == "packed", dtype)
+        loss, nbytes = first_loss(trainer, first, packing, row_attention, dtype)
         figures[f"{packing} {dtype}"].update(loss=loss, saved_mib=nbytes / 2**20)
     for r in range(rounds):
         for packing, dtype in rotate(MODES, r):
-            engine.packing = packing == "packed"
+            set_layout(engine, packing, row_attention)
             start = time.process_time()
             rows = 0
             for ix in batches[:steps]:
@@ -179,7 +191,7 @@ def run_case(trainer, rounds: int, steps: int) -> dict[str, Any]:
     for mode in figures.values():
         mode["samples_per_s_runs"] = mode["samples_per_s"]
         mode["samples_per_s"] = statistics.median(mode["samples_per_s_runs"])
-    return {"rows": len(first), "padding_share": float(1 - mask.float().mean()), "seq_len": mask.shape[1],
+    return {"rows": len(first), "row_attention": row_attention, "padding_share": float(1 - mask.float().mean()), "seq_len": mask.shape[1],
             "torch": torch.__version__, "modes": figures}
 
 
@@ -191,7 +203,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             base = modes[f"padded {name.split()[1]}"]["samples_per_s"]
             lines.append(f"{case:<12} {name:<12} {m['loss']:>9.4f} {m['saved_mib']:>10.1f} {m['samples_per_s']:>10.1f} "
                          f"{m['samples_per_s'] / base:>9.2f}")
-        lines.append(f"{'':<12} rows {result['rows']} x {result['seq_len']} positions, {result['padding_share']:.1%} padding")
+        lines.append(f"{'':<12} rows {result['rows']} x {result['seq_len']} positions, {result['padding_share']:.1%} padding; "
+                     f"row attention {'on' if result['row_attention'] else 'off'}")
     return "\n".join(lines)
 
 

@@ -46,6 +46,8 @@ def test_a_tiny_sft_case_runs_every_mode(tmp_path):
     modes = result["modes"]
     # the first losses at the same weights: packed equals padded, bf16 is near fp32
     assert modes["packed fp32"]["loss"] == pytest.approx(modes["padded fp32"]["loss"], rel=1e-5)
+    assert modes["bins fp32"]["loss"] == pytest.approx(modes["padded fp32"]["loss"], rel=1e-5)
+    assert result["row_attention"]  # GPT-2 runs it: "packed" is the engine's choice between layouts
     assert modes["packed bf16"]["loss"] == pytest.approx(modes["padded bf16"]["loss"], rel=1e-2)
     assert modes["padded bf16"]["loss"] == pytest.approx(modes["padded fp32"]["loss"], rel=1e-2)
     assert all(len(m["samples_per_s_runs"]) == 1 and m["samples_per_s"] > 0 for m in modes.values())

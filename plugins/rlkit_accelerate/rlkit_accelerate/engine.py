@@ -39,6 +39,7 @@ from rlkit_accelerate.packing import (
     packed_ilql_forward,
     packed_response_forward,
     packed_tokens_forward,
+    packing_lm,
 )
 from rlkit_accelerate.quiet import deepspeed_on_cpu_quietly, no_padding_warning
 from rlkit_accelerate.sharding import (
@@ -89,7 +90,7 @@ class AccelerateEngine:
         self.model = self.opt = self.scheduler = None
         self._unwrapped = None  # (wrapper, unwrapped model)
         self.virtual_tokens = 0
-        self.packing, self.attention_cost = False, None
+        self.packing, self.attention_cost, self.row_attention = False, None, False
 
     # --- facts -------------------------------------------------------------------------------
 
@@ -129,7 +130,8 @@ class AccelerateEngine:
         model.to(self.device)
         self.packing = config.train.packing
         if self.packing:
-            check_packing(model, seq2seq=self.is_seq2seq, virtual_tokens=self.virtual_tokens)
+            # row attention (packing.py's rows layout) where the model runs it right
+            self.row_attention = check_packing(model, seq2seq=self.is_seq2seq, virtual_tokens=self.virtual_tokens)
             self.attention_cost = attention_cost(model)  # sizes the bins rows are packed into
         self.opt = make_optimizer(config.optimizer.name, config.optimizer.kwargs, model.parameters())
         self.scheduler = make_scheduler(config.scheduler.name, config.scheduler.kwargs, self.opt, config.train.total_steps)
@@ -183,7 +185,10 @@ class AccelerateEngine:
                 cost = self.attention_cost
                 if kind == "response":
                     return packed_response_forward(model, self.unwrapped_model, batch, cost)
-                return packed_tokens_forward(model, batch, cost) if kind == "tokens" else packed_ilql_forward(model, batch, cost)
+                if kind == "tokens":
+                    rows_lm = packing_lm(self.unwrapped_model) if self.row_attention else None
+                    return packed_tokens_forward(model, batch, cost, rows_lm)
+                return packed_ilql_forward(model, batch, cost)
         if kind == "response":
             return response_forward(model, self.unwrapped_model, batch, want, train=train)
         if kind == "tokens":

@@ -14,6 +14,12 @@ of 11, that ran at half the padded speed: bench/packing.py), while bins of the l
 cannot pair rows near the longest. A model whose attention ignores the position ids is refused
 at build (:func:`check_packing` packs two copies of one row and compares them).
 
+Rows layout (the ``"tokens"`` kind: SFT, RFT): where the model runs rlkit's row attention
+(:mod:`rlkit_accelerate.row_attention`, probed at build like the bins) and it costs less by the
+same estimate, the rows lie end to end in one sequence with no unused position and each layer
+attends causally within each row, with no mask built: R Lmax^2 / 2 query-key pairs (the CPU
+kernel skips the blocks above the diagonal) against the bins' K W^2 and their unused ends.
+
 The method's collate and loss stay as they are: each forward kind reads only the packed
 positions its outputs need (HF's ``logits_to_keep``: the LM head runs there alone) and
 scatters them back into the padded layout, with zeros where the padded path holds values no
@@ -22,6 +28,7 @@ loss counts (pad tokens, pad states).
 
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +36,15 @@ import torch
 import torch.nn.functional as F
 
 from rlkit_core.errors import ConfigError
+from rlkit_accelerate.row_attention import RowLayout, running_rows
 from rlkit_methods.engine_kit import IGNORE_INDEX, logprobs_of_labels
 
 PROBE_TOKENS = 6
 WIDER_ONLY_BELOW = 0.95  # of the cost of bins of the longest row
+# the row attention's gathers (queries, keys, values into rows and the outputs back, forward and
+# backward: a few H values moved per token) cost like this many query-key pairs a token; fit on
+# the randomwalks (H = 144: rows ran 2.4% slower than bins of 11, estimated 3-5% cheaper without it)
+ROW_GATHERS = 64
 
 
 def _get(batch: Any, key: str, default: Any = None) -> Any:
@@ -46,6 +58,7 @@ class PackedRows:
     real: torch.Tensor  # (B, T) bool
     index: torch.Tensor  # (B, T) flat packed position (a pad: its row's first or last real token's)
     position_ids: torch.Tensor  # (K, L), 0 at each row's first token
+    rows: RowLayout | None = None  # the rows layout (K = 1, no unused position): attention row by row
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -120,12 +133,28 @@ def bin_width(lengths: list[int], attention_cost: float | None) -> int:
     return best if cost[best] < WIDER_ONLY_BELOW * cost[longest] else longest
 
 
-def pack_rows(attention_mask: torch.Tensor, attention_cost: float | None = None) -> PackedRows:
-    """Rows in bins (:func:`bin_width`) filled first-fit with the longest rows first."""
+def rows_pay(lengths: list[int], width: int, bins: int, attention_cost: float) -> bool:
+    """Whether rows end to end, attended row by row (N (1 + g c) + c R Lmax^2 / 2: every row
+    padded to the longest inside attention, causal, and the gathers into rows and back), cost
+    less than ``bins`` bins of ``width`` (K (W + c W^2): SDPA computes the whole masked W x W)."""
+    rows = sum(n > 0 for n in lengths)
+    cost = sum(lengths) * (1 + ROW_GATHERS * attention_cost) + attention_cost * rows * max(lengths) ** 2 / 2
+    return cost < bins * (width + attention_cost * width**2)
+
+
+def pack_rows(attention_mask: torch.Tensor, attention_cost: float | None = None, rows: bool = False) -> PackedRows:
+    """Rows in bins (:func:`bin_width`) filled first-fit with the longest rows first; with
+    ``rows`` (the model runs row attention) and an ``attention_cost``, the rows layout where it
+    costs less (:func:`rows_pay`)."""
     real = attention_mask.bool()  # (B, T)
     lengths = real.sum(-1).tolist()
     width = bin_width(lengths, attention_cost)
     offsets, room = first_fit(lengths, width)
+    layout = None
+    if rows and attention_cost is not None and max(lengths) > 0 and rows_pay(lengths, width, len(room), attention_cost):
+        width = sum(lengths)
+        offsets, room = [sum(lengths[:b]) for b in range(len(lengths))], [0]
+        layout = RowLayout.of(offsets, lengths, real.device)
     within = real.long().cumsum(-1) - 1  # (B, T) each real token's position in its row
     index = torch.tensor(offsets, device=real.device).unsqueeze(1) + within.clamp(min=0)  # (B, T)
     index = index.clamp(max=len(room) * width - 1)  # a row of padding alone points at a real place too
@@ -134,32 +163,53 @@ def pack_rows(attention_mask: torch.Tensor, attention_cost: float | None = None)
     used = torch.tensor([width - r for r in room], device=real.device).unsqueeze(1)  # (K, 1)
     position_ids = (columns - used).where(columns >= used, columns).flatten()  # (K W,)
     position_ids[index[real]] = within[real]
-    return PackedRows(real, index, position_ids.view(len(room), width))
+    return PackedRows(real, index, position_ids.view(len(room), width), layout)
+
+
+def running(rows_lm: torch.nn.Module | None, p: PackedRows):
+    """The forward's context: ``rows_lm`` attending row by row where ``p`` is the rows layout."""
+    return running_rows(rows_lm, p.rows) if p.rows is not None else nullcontext()
 
 
 def attention_cost(model: torch.nn.Module) -> float:
     """One query-key pair's cost against one token's other work in ``model``'s blocks: 4 H
     flops per pair (scores and values) over about 24 H^2 per token (projections and MLP)."""
-    return 1.0 / (6 * _lm(model).get_output_embeddings().weight.shape[-1])
+    return 1.0 / (6 * packing_lm(model).get_output_embeddings().weight.shape[-1])
 
 
-def _lm(model: torch.nn.Module) -> torch.nn.Module:
+def packing_lm(model: torch.nn.Module) -> torch.nn.Module:
     """The HF causal LM under rlkit's head wrappers (which keep it as ``base_model``)."""
     return model.base_model if hasattr(model, "heads_file") else model
 
 
+@contextmanager
+def _evaluating(lm: torch.nn.Module):
+    was_training = [(m, m.training) for m in lm.modules()]
+    lm.eval()
+    try:
+        yield
+    finally:
+        for m, flag in was_training:
+            m.training = flag
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.allclose(a, b, atol=1e-3 * (1 + a.abs().max().item()))
+
+
 @torch.no_grad()
-def check_packing(model: torch.nn.Module, *, seq2seq: bool, virtual_tokens: int) -> None:
+def check_packing(model: torch.nn.Module, *, seq2seq: bool, virtual_tokens: int) -> bool:
     """Refuse ``train.packing`` where it cannot hold: seq2seq models, prompt learning (peft
     numbers positions from its virtual tokens and drops position ids), and models whose
     attention does not keep packed rows apart (two copies of one row, packed, must give the
-    same logits; a model attending across rows gives the second copy other ones)."""
+    same logits; a model attending across rows gives the second copy other ones). Returns
+    whether the model also runs row attention right (:func:`row_attention_holds`)."""
     if seq2seq:
         raise ConfigError("train.packing: packs causal LMs' rows; a seq2seq model trains padded; set train.packing: false")
     if virtual_tokens:
         raise ConfigError("train.packing: peft prompt learning puts virtual tokens before every row and drops position "
                           "ids, so rows cannot be packed; set train.packing: false")
-    lm = _lm(model)
+    lm = packing_lm(model)
     vocab = lm.get_input_embeddings().weight.shape[0]
     device = next(lm.parameters()).device
     P = PROBE_TOKENS
@@ -169,34 +219,53 @@ def check_packing(model: torch.nn.Module, *, seq2seq: bool, virtual_tokens: int)
     position_ids = torch.cat([positions, positions]).expand(2, -1)
     keep = torch.ones(2, 2 * P, dtype=torch.bool, device=device)
     name = type(lm).__name__
-    was_training = [(m, m.training) for m in lm.modules()]
-    lm.eval()
     try:
-        logits = lm(input_ids=ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep).logits.float()
+        with _evaluating(lm):
+            logits = lm(input_ids=ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep).logits.float()
     except TypeError as exc:
         raise ConfigError(f"train.packing: {name} does not take position_ids and logits_to_keep ({exc}); "
                           f"set train.packing: false") from None
-    finally:
-        for m, flag in was_training:
-            m.training = flag
     logits = logits.view(4, P, -1)  # the kept positions in order: the four P-token runs
     first = logits[0]
-    if not all(torch.allclose(first, other, atol=1e-3 * (1 + first.abs().max().item())) for other in logits[1:3]):
+    if not all(_close(first, other) for other in logits[1:3]):
         attn = getattr(getattr(lm, "config", None), "_attn_implementation", None)
         raise ConfigError(f"train.packing: {name} (attention {attn}) lets packed rows attend to each other "
                           f"(its attention does not read rows from position ids); set train.packing: false")
+    return row_attention_holds(lm, row, first)
 
 
-def packed_tokens_forward(model, batch, attention_cost: float | None = None) -> dict[str, Any]:
+@torch.no_grad()
+def row_attention_holds(lm: torch.nn.Module, row: torch.Tensor, alone: torch.Tensor) -> bool:
+    """Whether ``lm`` under row attention gives rows of 6, 4 and 6 tokens of ``row``, end to end,
+    the logits ``alone`` (P, V) of the row by itself: no row sees another, each is causal. A model
+    whose attention does not go through transformers' attention interface fails (it would run
+    without any mask) and trains in bins."""
+    if getattr(lm, "is_activation_checkpointing", False):  # a recomputed layer would run outside running_rows
+        return False
+    lengths = [len(row), len(row) - 2, len(row)]
+    ids = torch.cat([row[:n] for n in lengths]).unsqueeze(0)  # (1, N)
+    position_ids = torch.cat([torch.arange(n, device=row.device) for n in lengths]).unsqueeze(0)
+    layout = RowLayout.of([0, lengths[0], lengths[0] + lengths[1]], lengths, row.device)
+    try:
+        with _evaluating(lm), running_rows(lm, layout):
+            logits = lm(input_ids=ids, position_ids=position_ids, use_cache=False).logits.float()[0]  # (N, V)
+    except Exception:  # noqa: BLE001 - any model that cannot run it trains in bins
+        return False
+    return _close(torch.cat([alone[:n] for n in lengths]), logits)
+
+
+def packed_tokens_forward(model, batch, attention_cost: float | None = None, rows_lm=None) -> dict[str, Any]:
     """The ``"tokens"`` kind packed: log p of each counted label (B, T - 1) and its mask; the LM
-    head runs only at the positions whose next label counts."""
+    head runs only at the positions whose next label counts. ``rows_lm``: the HF model under
+    ``model`` that runs row attention (None: bins only)."""
     labels = batch["labels"]  # (B, T)
-    p = pack_rows(batch["attention_mask"], attention_cost)
+    p = pack_rows(batch["attention_mask"], attention_cost, rows=rows_lm is not None)
     next_labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T): the label position t predicts
     counted = p.real & (next_labels != IGNORE_INDEX)  # (B, T)
     keep = p.keep(counted)  # (K, L)
-    logits = model(input_ids=p.pack(batch["input_ids"]), position_ids=p.position_ids, use_cache=False,
-                   logits_to_keep=keep).logits  # (M, V)
+    with running(rows_lm, p):
+        logits = model(input_ids=p.pack(batch["input_ids"]), position_ids=p.position_ids, use_cache=False,
+                       logits_to_keep=keep).logits  # (M, V)
     nll = F.cross_entropy(logits.float(), p.pack(next_labels)[keep], reduction="none")  # (M,)
     return {"logprobs": p.unkeep(-nll, counted)[:, :-1], "mask": counted[:, :-1].float()}  # (B, T - 1)
 

@@ -1,4 +1,5 @@
-"""``train.packing``: every method's training loss and gradients on packed rows equal the padded
+"""``train.packing``: every method's training loss and gradients on packed rows (in bins, and for
+the ``"tokens"`` kind also end to end under row attention) equal the padded
 path's (float32: loss within 1e-5 absolute + 1e-5 relative, every gradient within 1e-4 of its largest entry),
 for GPT-2 (learned absolute positions, so position ids must restart on every row) and Llama
 (rotary), left- and right-padded batches with rows of very different lengths; and a one-line
@@ -7,6 +8,7 @@ refusal where packing cannot apply."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,7 +20,8 @@ import walks_setup
 from rlkit_core.errors import ConfigError
 from rlkit_methods.data.prompts import PromptPipeline
 from rlkit_methods.engine_kit import to_device
-from rlkit_accelerate.packing import bin_width, pack_rows
+from rlkit_accelerate import packing, row_attention
+from rlkit_accelerate.packing import bin_width, first_fit, pack_rows, rows_pay
 from rlkit_accelerate.trainers import (
     AccelerateDPOTrainer,
     AccelerateGRPOTrainer,
@@ -90,12 +93,19 @@ SIDES = ["left", "right"]
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("side", SIDES)
-def test_sft_packed_equals_padded(arch, side, tmp_path):
+@pytest.mark.parametrize("layout", ["bins", "rows"])
+def test_sft_packed_equals_padded(arch, side, layout, tmp_path, monkeypatch):
     trainer = AccelerateSFTTrainer(make(walks_setup, "sft", arch, side, tmp_path))
     trainer.make_experience(SAMPLES, 48)
     items = [trainer.store[i] for i in range(len(SAMPLES))]
     assert padding_of(trainer.collate(items)).max() >= 35  # a 1-token row beside a 40-token one
+    assert trainer.engine.row_attention  # both models run row attention right (the build's probe)
+    trainer.engine.row_attention = layout == "rows"
+    monkeypatch.setattr(packing, "rows_pay", lambda *args: True)  # this tiny model's choice: test_rows_end_to_end_...
+    calls = []
+    monkeypatch.setattr(packing, "running_rows", lambda lm, rows: calls.append(rows) or row_attention.running_rows(lm, rows))
     assert_same_step(trainer, items)
+    assert bool(calls) == (layout == "rows")  # the rows layout ran, or with row attention off never
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -175,6 +185,64 @@ def test_bins_widen_where_rows_near_the_longest_leave_padding():
     assert bin_width(reviews, None) == 256  # no cost given: the longest row
     p = pack_rows(torch.tensor([[1] * 256] * 3 + [[1] * 45 + [0] * 211]), 1 / (6 * 576))
     assert p.shape == (1, 813) and p.position_ids[0, 768:].tolist() == list(range(45))
+
+
+def test_rows_end_to_end_where_they_cost_less_than_bins():
+    c = 1 / (6 * 576)  # SmolLM2-135M
+    reviews = [256, 256, 180, 240, 130, 256, 90, 201]  # 8 reviews cut at 256: bins leave ends unused
+    assert len(first_fit(reviews, 256)[1]) == 7 and rows_pay(reviews, 256, 7, c)
+    p = pack_rows(torch.tensor([[1] * n + [0] * (256 - n) for n in reviews]), c, rows=True)
+    assert p.shape == (1, sum(reviews)) and p.rows.index.shape == (8, 256)
+    assert p.position_ids[0, :257].tolist() == list(range(256)) + [0]  # in the batch's order, restarting
+    assert pack_rows(torch.tensor([[1] * n + [0] * (256 - n) for n in reviews]), c).rows is None  # no row attention
+    # one long row among a hundred short ones: every row padded to 256 inside attention costs
+    # more than bins of 256 (100 x 256^2 / 2 query-key pairs against 5 x 256^2)
+    tail = [256] + [8] * 100
+    assert not rows_pay(tail, 256, 5, c)
+    # the randomwalks (100 rows of 2-11, a 144-wide GPT-2): bins of 11 leave little unused and
+    # the gathers cost more than they save (measured: bench/packing.py, docs/benchmarks.md)
+    walks = [2 + i % 10 for i in range(100)]
+    assert not rows_pay(walks, 11, len(first_fit(walks, 11)[1]), 1 / (6 * 144))
+    assert pack_rows(torch.tensor([[1] * n + [0] * (256 - n) for n in tail]), c, rows=True).rows is None
+
+
+def test_row_attention_keeps_rows_apart_and_causal():
+    torch.manual_seed(0)
+    lengths, H, D = [5, 1, 3], 4, 8
+    q, k, v = (torch.randn(1, H, sum(lengths), D, requires_grad=True) for _ in range(3))
+    layout = row_attention.RowLayout.of([0, 5, 6], lengths, "cpu")
+    lm = SimpleNamespace(config=SimpleNamespace(_attn_implementation="sdpa"))
+    with row_attention.running_rows(lm, layout):
+        assert lm.config._attn_implementation == row_attention.NAME
+        out, _ = row_attention.rows_attention_forward(None, q, k, v, None, scaling=D**-0.5)  # (1, N, H, D)
+    starts = [0, 5, 6]
+    for s, n in zip(starts, lengths):  # each row as attention over that row alone
+        alone = torch.nn.functional.scaled_dot_product_attention(q[:, :, s:s + n], k[:, :, s:s + n], v[:, :, s:s + n],
+                                                                 is_causal=True)
+        assert torch.allclose(out[0, s:s + n], alone[0].transpose(0, 1), atol=1e-6)
+    assert lm.config._attn_implementation == "sdpa"  # restored after the forward
+    # no row's output depends on another row's keys: row 1's gradient reaches row 1's positions only
+    out[0, 5].sum().backward()
+    assert k.grad[0, :, 5].abs().sum() > 0 and k.grad[0, :, :5].abs().sum() == 0 and k.grad[0, :, 6:].abs().sum() == 0
+    with pytest.raises(RuntimeError, match="inside running_rows"):  # never silently unmasked
+        row_attention.rows_attention_forward(None, q, k, v, None)
+
+
+def test_a_model_whose_attention_skips_row_attention_trains_in_bins(tmp_path, monkeypatch):
+    # a model that would run without any mask under row attention (whole-sequence causal
+    # attention): the build's probe sees rows attending to each other and keeps bins
+    def whole_sequence(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling,
+                                                               enable_gqa=True)
+        return out.transpose(1, 2), None
+
+    from transformers import AttentionInterface
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, row_attention.NAME, whole_sequence)
+    trainer = AccelerateSFTTrainer(make(walks_setup, "sft", "llama", "right", tmp_path))
+    assert trainer.engine.packing and not trainer.engine.row_attention
+    trainer.make_experience(SAMPLES, 48)
+    assert_same_step(trainer, [trainer.store[i] for i in range(len(SAMPLES))])
 
 
 def test_seq2seq_is_refused(tmp_path):
