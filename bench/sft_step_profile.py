@@ -26,7 +26,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,21 +34,9 @@ LAYOUTS = ("bins", "rows")
 
 
 def trainer_of(batch: int):
-    from rlkit_accelerate.trainers import AccelerateSFTTrainer
-    from rlkit_methods import default_sft_config
-    from rlkit_methods.data.imdb import read_reviews
+    from sft_vs_trl import sft_trainer
 
-    config = default_sft_config().evolve(
-        train=dict(seq_length=256, batch_size=batch, total_steps=10, epochs=1, checkpoint_interval=10_000,
-                   eval_interval=10_000, save_best=False, tracker=None, packing=True, max_grad_norm=1.0,
-                   checkpoint_dir=tempfile.mkdtemp(prefix="rlkit-sft-profile-")),
-        model=dict(model_path="smollm2-135m"), tokenizer=dict(tokenizer_path="smollm2-135m", padding_side="right"),
-        optimizer=dict(kwargs=dict(lr=1e-5, betas=[0.9, 0.999], eps=1e-8, weight_decay=0.0)),
-    )
-    trainer = AccelerateSFTTrainer(config)
-    trainer.make_experience([t for t, _ in read_reviews("imdb")[:batch]], 256)
-    trainer.prepare_learning()
-    return trainer
+    return sft_trainer("smollm2-135m", batch, 256, batch, 10, 1e-5, max_grad_norm=1.0, seed=0)
 
 
 def bare_step(lm, opt, batch, cost: float, rows: bool) -> float:

@@ -110,27 +110,37 @@ def table(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def rlkit_side(spec: dict[str, Any]) -> dict[str, Any]:
-    """rlkit's SFT (accelerate engine, ``train.packing: true``) on the spec's batches."""
-    import torch
+def sft_trainer(model: str, reviews: int, seq_length: int, batch_size: int, total_steps: int, lr: float,
+                max_grad_norm: float, seed: int):
+    """rlkit's packed SFT trainer on the first ``reviews`` IMDB reviews, ready to step (this bench's
+    settings: no evaluation or checkpoint inside the run, TRL's AdamW)."""
     from rlkit_accelerate.trainers import AccelerateSFTTrainer
     from rlkit_methods import default_sft_config
     from rlkit_methods.data.imdb import read_reviews
 
+    config = default_sft_config().evolve(
+        train=dict(seq_length=seq_length, batch_size=batch_size, total_steps=total_steps, epochs=1,
+                   checkpoint_interval=10_000, eval_interval=10_000, save_best=False, tracker=None,
+                   checkpoint_dir=tempfile.mkdtemp(prefix="rlkit-sft-bench-"), packing=True,
+                   max_grad_norm=max_grad_norm, seed=seed),
+        model=dict(model_path=model), tokenizer=dict(tokenizer_path=model, padding_side="right"),
+        optimizer=dict(kwargs=dict(lr=lr, **OPTIMIZER)),
+    )
+    trainer = AccelerateSFTTrainer(config)
+    trainer.make_experience([t for t, _ in read_reviews("imdb")[:reviews]], seq_length)
+    trainer.prepare_learning()
+    return trainer
+
+
+def rlkit_side(spec: dict[str, Any]) -> dict[str, Any]:
+    """rlkit's SFT (accelerate engine, ``train.packing: true``) on the spec's batches."""
+    import torch
+
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(spec["seed"])
     batches = spec["batches"]
-    config = default_sft_config().evolve(
-        train=dict(seq_length=spec["seq_length"], batch_size=len(batches[0]), total_steps=len(batches), epochs=1,
-                   checkpoint_interval=10_000, eval_interval=10_000, save_best=False, tracker=None,
-                   checkpoint_dir=tempfile.mkdtemp(prefix="rlkit-sft-bench-"), packing=True,
-                   max_grad_norm=spec["max_grad_norm"], seed=spec["seed"]),
-        model=dict(model_path=spec["model"]), tokenizer=dict(tokenizer_path=spec["model"], padding_side="right"),
-        optimizer=dict(kwargs=dict(lr=spec["optimizer"]["lr"], **OPTIMIZER)),
-    )
-    trainer = AccelerateSFTTrainer(config)
-    trainer.make_experience([t for t, _ in read_reviews("imdb")[:spec["reviews"]]], spec["seq_length"])
-    trainer.prepare_learning()
+    trainer = sft_trainer(spec["model"], spec["reviews"], spec["seq_length"], len(batches[0]), len(batches),
+                          spec["optimizer"]["lr"], spec["max_grad_norm"], spec["seed"])
     steps = []
     for i, batch in enumerate(batches):
         ix = list(range(i * len(batch), (i + 1) * len(batch)))
